@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs the whole test suite, installing what it needs first.
+#   bash launch/test.sh            # all tests
+#   bash launch/test.sh -k attention   # extra arguments go to pytest
+# Creates .venv/ (Python >= 3.11) on first use and installs this package with its [dev] extra.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[dev]'
+export TF_CPP_MIN_LOG_LEVEL=3 TF_ENABLE_ONEDNN_OPTS=0
+exec .venv/bin/python -m pytest -q "$@"
