@@ -7,38 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.test_util import check_grads
-from scipy.special import erf
 
 from big_vision_relu.models import attention as attn
 
+import numpy_reference
+
 POINTWISE = ("relu", "relu2", "gelu", "softplus", "identity", "relu6", "sigmoid")
-
-# float64 numpy h, written from the definitions (not from the module under test).
-NUMPY_H = {
-    "relu": lambda x: np.maximum(x, 0.0),
-    "relu2": lambda x: np.maximum(x, 0.0) ** 2,
-    "gelu": lambda x: 0.5 * x * (1.0 + erf(x / np.sqrt(2.0))),
-    "softplus": lambda x: np.log1p(np.exp(x)),
-    "identity": lambda x: x,
-    "relu6": lambda x: np.clip(x, 0.0, 6.0),
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-}
-
-
-def numpy_attention(q, k, v, activation, alpha, mask=None):
-  """float64 reference: returns (out [b, q, h, d], weights [b, h, q, k])."""
-  q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
-  scores = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
-  if activation == "softmax":
-    if mask is not None:
-      scores = np.where(mask, scores, -np.inf)
-    e = np.exp(scores - scores.max(-1, keepdims=True))
-    weights = e / e.sum(-1, keepdims=True)
-  else:
-    weights = k.shape[1] ** -alpha * NUMPY_H[activation](scores)
-    if mask is not None:
-      weights = np.where(mask, weights, 0.0)
-  return np.einsum("bhqk,bkhd->bqhd", weights, v), weights
+NUMPY_H = numpy_reference.NUMPY_H
+numpy_attention = numpy_reference.attention
 
 
 def qkv(seed=0, b=2, lq=7, lk=9, h=3, d=8, dtype=jnp.float32, scale=1.0):

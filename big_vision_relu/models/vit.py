@@ -10,6 +10,7 @@ head's pooling attention stays softmax, as the paper only changes the encoder's 
 """
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -305,15 +306,18 @@ def save_npz(params: Mapping[str, Any], path: str) -> None:
   for key, value in flatten_params(params).items():
     value = np.asarray(jax.device_get(value))
     arrays[key] = value.astype(np.float32) if value.dtype == jnp.bfloat16 else value
+  buffer = io.BytesIO()  # zipfile needs a seekable file; gfile writes are not.
+  np.savez(buffer, **arrays)
   with tf.io.gfile.GFile(path, "wb") as f:
-    np.savez(f, **arrays)
+    f.write(buffer.getvalue())
 
 
 def _read_npz(path: str) -> dict[str, np.ndarray]:
   import tensorflow as tf
   with tf.io.gfile.GFile(path, "rb") as f:
-    with np.load(f, allow_pickle=False) as data:
-      return {k: data[k] for k in data.files}
+    buffer = io.BytesIO(f.read())
+  with np.load(buffer, allow_pickle=False) as data:
+    return {k: data[k] for k in data.files}
 
 
 def _to_scan_layout(flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
