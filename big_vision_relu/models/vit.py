@@ -199,7 +199,8 @@ class _Model(nn.Module):
   gate_activation: str = "none"
   attention_impl: str = "dense"
 
-  def _validate(self) -> None:
+  def validate(self) -> None:
+    """Raises ValueError for bad options (also called at the start of every call)."""
     attn.validate_attention(self.attention, self.seqlen_alpha)
     if self.gate_activation not in attn.GATE_ACTIVATIONS:
       raise ValueError(f"Unknown gate_activation {self.gate_activation!r}; valid choices: "
@@ -218,7 +219,7 @@ class _Model(nn.Module):
   @nn.compact
   def __call__(self, image: Array, *, train: bool = False) -> tuple[Array, dict[str, Any]]:
     """image `[n, h, w, c]` -> (logits `[n, num_classes]` (or the representation), out)."""
-    self._validate()
+    self.validate()
     out = {}
     dtype_mm = jnp.dtype(self.dtype_mm)
     x = out["stem"] = nn.Conv(self.width, tuple(self.patch_size), strides=tuple(self.patch_size),

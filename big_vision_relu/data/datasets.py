@@ -1,0 +1,104 @@
+"""Finding TFDS datasets: offline ones are built on first use, all others must be prepared.
+
+`get_builder(name, data_dir)` never touches the network: the offline datasets of
+`builders.py` are prepared from installed packages; any other dataset that is not already
+prepared in the data dir raises `DatasetNotPreparedError` at once (instead of TFDS's
+multi-minute download attempts), saying where it looked and how to prepare it.
+
+Data dir: the argument, else env `TFDS_DATA_DIR`, else TFDS's default `~/tensorflow_datasets`.
+"""
+from collections.abc import Mapping, Sequence
+import os
+
+import tensorflow_datasets as tfds
+
+from big_vision_relu.data import builders
+
+# The pipelines read records by number, which TFDS supports for this format only.
+RANDOM_ACCESS_FORMAT = tfds.core.file_adapters.FileFormat.ARRAY_RECORD
+DATA_KEYS = frozenset({"name", "split", "data_dir"})
+
+
+class DatasetNotPreparedError(FileNotFoundError):
+  """The dataset is neither prepared in the data dir nor buildable offline."""
+
+
+def resolve_data_dir(data_dir: str | None = None) -> str:
+  """`data_dir`, else env TFDS_DATA_DIR, else TFDS's default (~/tensorflow_datasets)."""
+  return os.fspath(data_dir) if data_dir else tfds.core.constants.get_default_data_dir()
+
+
+def _build_command(name: str, data_dir: str) -> str:
+  return f"tfds build {name} --data_dir={data_dir} --file_format={RANDOM_ACCESS_FORMAT.value}"
+
+
+def get_builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuilder:
+  """Returns a prepared builder for the TFDS dataset `name` (e.g. 'cifar100', 'mnist5k:1.0.0').
+
+  Offline datasets (`builders.OFFLINE_DATASETS`) are prepared into the data dir on first use.
+  Anything else must already be prepared there; otherwise this raises
+  `DatasetNotPreparedError` within a second, with the command that prepares it.
+  """
+  data_dir = resolve_data_dir(data_dir)
+  base_name = name.split("/")[0].split(":")[0]
+  if base_name in builders.OFFLINE_DATASETS:
+    builder = tfds.builder(name, data_dir=data_dir)
+    if not builder.is_prepared():
+      builder.download_and_prepare(
+          file_format=builders.DEFAULT_FILE_FORMAT,
+          download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    return builder
+
+  try:
+    builder = tfds.builder(name, data_dir=data_dir)
+  except tfds.core.registered.DatasetNotFoundError:
+    raise DatasetNotPreparedError(
+        f"Dataset {name!r} is not prepared in data_dir={data_dir!r} and no TFDS builder is "
+        f"registered under that name. Pass data_dir / set TFDS_DATA_DIR to where it is "
+        f"prepared, or import the module defining its builder and run "
+        f"{_build_command(name, data_dir)} (offline datasets here: "
+        f"{', '.join(builders.OFFLINE_DATASETS)})") from None
+  if not builder.is_prepared():
+    manual = getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", None)
+    how = (f"It needs a manual download first:\n{manual.strip()}\nthen run: "
+           f"{_build_command(name, data_dir)} --manual_dir=DIR_WITH_THE_FILES" if manual else
+           f"On a machine with network run: {_build_command(name, data_dir)}")
+    raise DatasetNotPreparedError(
+        f"Dataset {name!r} is not prepared in data_dir={data_dir!r} (looked for "
+        f"{builder.data_dir}); this project never downloads during training. Pass data_dir / "
+        f"set TFDS_DATA_DIR to where it is prepared, or prepare it. {how}")
+  return builder
+
+
+def check_data_spec(data: Mapping[str, str]) -> None:
+  """Raises ValueError unless `data` is {name, split[, data_dir]} (the config's `input.data`)."""
+  unknown = set(data) - DATA_KEYS
+  missing = {"name", "split"} - set(data)
+  if unknown or missing:
+    raise ValueError(f"data spec {dict(data)} must have keys name, split and optionally "
+                     f"data_dir; unknown: {sorted(unknown)}, missing: {sorted(missing)}")
+
+
+def num_examples(data: Mapping[str, str]) -> int:
+  """Number of examples in `data['split']` (TFDS split syntax, e.g. 'train[:99%]')."""
+  check_data_spec(data)
+  builder = get_builder(data["name"], data.get("data_dir"))
+  return builder.info.splits[data["split"]].num_examples
+
+
+def raw_record_source(builder: tfds.core.DatasetBuilder, split: str) -> Sequence[bytes]:
+  """Random-access sequence of the serialized `tf.train.Example`s of `split`, in TFDS order.
+
+  Raises ValueError (with the conversion command) if the dataset has no ArrayRecord files.
+  """
+  formats = builder.info.available_file_formats()
+  if RANDOM_ACCESS_FORMAT not in formats:
+    raise ValueError(
+        f"Dataset {builder.info.full_name} in {builder.data_dir} is stored as "
+        f"{sorted(f.value for f in formats)}, but the input pipeline reads records by index, "
+        f"which needs {RANDOM_ACCESS_FORMAT.value}. Convert it in place with: tfds "
+        f"convert_format --dataset_version_dir={builder.data_dir} "
+        f"--out_file_format={RANDOM_ACCESS_FORMAT.value}")
+  return builder.as_data_source(
+      split, file_format=RANDOM_ACCESS_FORMAT,
+      deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)

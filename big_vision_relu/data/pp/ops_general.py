@@ -1,0 +1,57 @@
+"""Non-image pp ops: one-hot labels and choosing which keys an example keeps."""
+import tensorflow as tf
+
+from big_vision_relu.data.pp.common import get_key
+from big_vision_relu.data.pp.registry import Example, PPFn, register
+
+
+@register("onehot")
+def get_onehot(depth: int, *, key: str = "label", key_result: str = "labels",
+               on: float = 1.0, off: float = 0.0) -> PPFn:
+  """`example[key]` (int scalar, or int [k] for multi-label) -> float32 [depth] at key_result.
+
+  Every listed class gets `on`, the others `off` (so [k] labels give a multi-hot vector).
+  Defaults read TFDS's 'label' and write big_vision's 'labels'; `key` is kept.
+  """
+  if not (isinstance(depth, int) and depth > 0):
+    raise ValueError(f"onehot: depth must be a positive int, got {depth!r}")
+
+  def apply(example: Example) -> Example:
+    labels = get_key(example, key, "onehot")
+    if labels.shape.rank not in (0, 1):
+      raise ValueError(f"onehot: {key!r} must be a scalar or a vector, got shape {labels.shape}")
+    hot = tf.one_hot(labels, depth, on_value=True, off_value=False, dtype=tf.bool)
+    if labels.shape.rank == 1:
+      hot = tf.reduce_any(hot, axis=0)
+    return {**example, key_result: tf.where(hot, tf.constant(on, tf.float32),
+                                            tf.constant(off, tf.float32))}
+  return apply
+
+
+def _check_keys(op_name: str, keys: tuple[str, ...]) -> None:
+  if not keys or not all(isinstance(k, str) for k in keys):
+    raise ValueError(f"{op_name} needs one or more key names as strings, got {keys!r}")
+
+
+@register("keep")
+def get_keep(*keys: str) -> PPFn:
+  """Keeps only `keys` (each must exist), plus pipeline keys starting with '_' (e.g. '_rng')."""
+  _check_keys("keep", keys)
+
+  def apply(example: Example) -> Example:
+    for k in keys:
+      get_key(example, k, "keep")
+    return {k: v for k, v in example.items() if k in keys or k.startswith("_")}
+  return apply
+
+
+@register("drop")
+def get_drop(*keys: str) -> PPFn:
+  """Removes `keys` (each must exist)."""
+  _check_keys("drop", keys)
+
+  def apply(example: Example) -> Example:
+    for k in keys:
+      get_key(example, k, "drop")
+    return {k: v for k, v in example.items() if k not in keys}
+  return apply

@@ -1,0 +1,116 @@
+"""Classification evaluator: prec@1 and loss over an eval split (optionally label-mapped).
+
+Sums run inside one jitted function over global (sharded) batches, so the totals are over all
+hosts without any explicit collective; padding examples (`_mask` False) count for nothing.
+Labels are `[batch, classes]` one-hot or multi-hot: top-1 is correct when the argmax class is
+one of the example's positive labels.
+
+Label-mapped (`label_map='i21k_to_i1k'`): the ImageNet-1k accuracy of a 21,843-class head with
+no fine-tuning: logits are restricted to the 1,000 ImageNet-1k classes (by wordnet id) before
+the argmax and the loss. ImageNet-1k class 850 (teddy bear, n04399382) has no ImageNet-21k
+class: its column is -inf, so those images always count as errors (accuracy capped at 99.9%);
+we keep them rather than drop them so the denominator is the full validation set.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from big_vision_relu.data import datasets
+from big_vision_relu.data import input_pipeline
+from big_vision_relu.data import label_maps
+
+LABEL_MAPS: dict[str, Callable[[], np.ndarray]] = {
+    "i21k_to_i1k": label_maps.i21k_to_i1k_indices,
+}
+LOSSES = ("sigmoid_xent", "softmax_xent")
+
+
+def per_example_loss(logits: jax.Array, labels: jax.Array, loss_name: str) -> jax.Array:
+  """[batch, classes] logits and (multi-)hot labels -> [batch] loss.
+
+  sigmoid_xent sums the per-class binary cross-entropies (big_vision's convention);
+  softmax_xent is the cross-entropy with the labels normalised to sum to one.
+  """
+  logits = logits.astype(jnp.float32)
+  if loss_name == "sigmoid_xent":
+    return optax.sigmoid_binary_cross_entropy(logits, labels).sum(-1)
+  if loss_name == "softmax_xent":
+    targets = labels / jnp.maximum(labels.sum(-1, keepdims=True), 1e-9)
+    return optax.softmax_cross_entropy(logits, targets)
+  raise ValueError(f"Unknown loss {loss_name!r}; valid: {', '.join(LOSSES)}.")
+
+
+def restrict_logits(logits: jax.Array, indices: np.ndarray) -> jax.Array:
+  """`logits[:, indices]`, with -inf where an index is -1 (a class the head does not have)."""
+  indices = np.asarray(indices)
+  picked = jnp.take(logits, np.maximum(indices, 0), axis=-1)
+  return jnp.where(indices >= 0, picked, -jnp.inf)
+
+
+def batch_sums(logits: jax.Array, labels: jax.Array, mask: jax.Array, *, loss_name: str,
+               label_map: np.ndarray | None = None) -> dict[str, jax.Array]:
+  """Sums over the real examples of a batch: correct top-1, loss, and count."""
+  if label_map is not None:
+    logits = restrict_logits(logits, label_map)
+  mask = mask.astype(jnp.float32)
+  top1 = jnp.argmax(logits, axis=-1)
+  correct = jnp.take_along_axis(labels, top1[:, None], axis=-1)[:, 0] > 0
+  loss = per_example_loss(jnp.where(jnp.isfinite(logits), logits, -1e9), labels, loss_name)
+  return {"correct": jnp.sum(correct * mask), "loss": jnp.sum(loss * mask),
+          "count": jnp.sum(mask)}
+
+
+class ClassificationEvaluator:
+  """prec@1 and loss of `predict_fn` on one eval split.
+
+  Config keys (under `evals.<name>`): type='classification', data {name, split, data_dir},
+  pp_fn, batch_size, loss_name (default: the training loss), label_map (optional:
+  'i21k_to_i1k'), plus the log cadence keys read by the trainer.
+  """
+  CONFIG_KEYS = ("type", "data", "pp_fn", "batch_size", "loss_name", "label_map", "pred")
+
+  def __init__(self, config: Mapping[str, Any], predict_fn: Callable[..., jax.Array], *,
+               mesh: jax.sharding.Mesh, data_axis: str | tuple[str, ...] = "data",
+               default_loss: str = "sigmoid_xent"):
+    self.data = dict(config["data"])
+    self.pp = config["pp_fn"]
+    self.batch_size = int(config["batch_size"])
+    self.mesh, self.data_axis = mesh, data_axis
+    loss_name = config.get("loss_name") or default_loss
+    if loss_name not in LOSSES:
+      raise ValueError(f"Unknown loss_name {loss_name!r}; valid: {', '.join(LOSSES)}.")
+    label_map = config.get("label_map")
+    if label_map is not None and label_map not in LABEL_MAPS:
+      raise ValueError(f"Unknown label_map {label_map!r}; valid: {', '.join(LABEL_MAPS)}.")
+    indices = LABEL_MAPS[label_map]() if label_map else None
+    # Fail now, not after hours of training, when the data is missing or badly specified.
+    self.num_examples = datasets.num_examples(self.data)
+
+    def sums(params, batch):
+      logits = predict_fn(params, batch["image"])
+      return batch_sums(logits, batch["labels"], batch[input_pipeline.MASK_KEY],
+                        loss_name=loss_name, label_map=indices)
+    self._sums = jax.jit(sums)
+
+  def run(self, params: Any) -> dict[str, float]:
+    """Returns {'prec@1': ..., 'loss': ..., 'num_examples': ...} over the whole split."""
+    totals = None
+    for host_batch in input_pipeline.eval_batches(
+        self.data, self.pp, self.batch_size, process_index=jax.process_index(),
+        process_count=jax.process_count()):
+      batch = input_pipeline.make_global_batch(host_batch, self.mesh, self.data_axis)
+      sums = self._sums(params, batch)
+      totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    totals = jax.device_get(totals)
+    count = float(totals["count"])
+    if count != self.num_examples:
+      raise RuntimeError(f"Evaluated {count} examples of {self.data}, expected "
+                         f"{self.num_examples}: the eval padding is wrong.")
+    return {"prec@1": float(totals["correct"]) / count, "loss": float(totals["loss"]) / count,
+            "num_examples": count}

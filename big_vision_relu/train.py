@@ -1,0 +1,320 @@
+r"""Trains a ViT: one jitted update step over a device mesh; orbax checkpoints; clu metrics.
+
+    python -m big_vision_relu.train --config configs/local/mnist_relu.py --workdir /tmp/run
+
+Re-running the same command resumes from the newest readable checkpoint in the workdir. On
+SIGTERM (how TPU VMs announce preemption) the run saves a checkpoint and exits with status 0.
+Multi-host: on a TPU pod every worker runs the same command (`jax.distributed.initialize()` is
+called automatically there); elsewhere pass --coordinator_address/--num_processes/--process_id.
+Only process 0 writes metrics and config.json; all processes take part in checkpoints.
+
+The workdir gets config.json, checkpoints/ (orbax), metrics.jsonl and TensorBoard events.
+"""
+from __future__ import annotations
+
+import json
+import logging as std_logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+import big_vision_relu  # noqa: F401  (quiets TensorFlow before it is imported)
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from etils import epath
+
+from big_vision_relu import checkpoint as ckpt_lib
+from big_vision_relu import config as cfg_lib
+from big_vision_relu import metrics as metrics_lib
+from big_vision_relu import optim
+from big_vision_relu import sharding
+from big_vision_relu.data import datasets
+from big_vision_relu.data import input_pipeline
+from big_vision_relu.data.mixup import mixup
+from big_vision_relu.evaluators import registry as evaluators
+from big_vision_relu.evaluators.classification import per_example_loss
+from big_vision_relu.models import vit
+
+DATA_AXIS = "data"
+
+
+def make_model(config: ml_collections.ConfigDict) -> vit._Model:  # noqa: SLF001
+  """The ViT of `config.model` (its keywords) with `config.num_classes` outputs."""
+  try:
+    model = vit.Model(config.get("num_classes"), **config.model)
+    model.validate()
+    return model
+  except TypeError as e:
+    raise ValueError(f"Bad config.model: {e}. Valid options: "
+                     f"variant, {', '.join(f.name for f in vit._Model.__dataclass_fields__.values() if f.name not in ('parent', 'name', 'num_classes'))}."  # noqa: E501, SLF001
+                     ) from None
+
+
+def initialize_distributed(coordinator_address: str | None, num_processes: int | None,
+                           process_id: int | None) -> None:
+  """Joins a multi-process job: explicit flags, or automatically on a Cloud TPU VM pod."""
+  if coordinator_address:
+    if num_processes is None or process_id is None:
+      raise ValueError("--coordinator_address needs --num_processes and --process_id.")
+    jax.distributed.initialize(coordinator_address, num_processes, process_id)
+  elif os.environ.get("TPU_WORKER_HOSTNAMES", "localhost") != "localhost":
+    jax.distributed.initialize()  # Cloud TPU pod: everything is auto-detected.
+
+
+class _SigtermFlag:
+  """Set by SIGTERM in a single-process run (multi-process runs use orbax's preemption sync)."""
+
+  def __init__(self):
+    self.event = threading.Event()
+    self._previous = None
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGTERM, lambda *_: self.event.set())
+    return self
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+
+def _tree_l2(tree: Any) -> jax.Array:
+  return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32)))
+                      for x in jax.tree.leaves(tree)))
+
+
+def make_update_fn(model: vit._Model, tx: optax.GradientTransformation,  # noqa: SLF001
+                   config: ml_collections.ConfigDict) -> Callable[..., tuple[dict, dict]]:
+  """The training step `update(state, batch) -> (state, metrics)`, to be jitted.
+
+  state: {params, opt_state, step, rng, nonfinite_step}; batch: {image [b, h, w, c],
+  labels [b, classes]}. `nonfinite_step` records the first step whose loss or gradients were
+  not finite (-1: none), so the host can stop before checkpointing broken parameters without
+  syncing on every step.
+  """
+  loss_name = config.get("loss", "sigmoid_xent")
+  mixup_cfg = config.get("mixup")
+
+  def update(state, batch):
+    step_rng = jax.random.fold_in(state["rng"], state["step"])
+    mixup_rng, dropout_rng = jax.random.split(step_rng)
+    images, labels = batch["image"], batch["labels"]
+    if mixup_cfg and mixup_cfg.get("p"):
+      images, labels = mixup(mixup_rng, (images, labels), p=mixup_cfg["p"],
+                             fold_in=mixup_cfg.get("fold_in"))
+
+    def loss_fn(params):
+      logits, _ = model.apply({"params": params}, images, train=True,
+                              rngs={"dropout": dropout_rng})
+      return jnp.mean(per_example_loss(logits, labels, loss_name))
+
+    loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    l2_grads = _tree_l2(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(l2_grads)
+    step = state["step"] + 1
+    nonfinite_step = jnp.where((state["nonfinite_step"] < 0) & ~finite, step,
+                               state["nonfinite_step"])
+    new_state = dict(params=params, opt_state=opt_state, step=step, rng=state["rng"],
+                     nonfinite_step=nonfinite_step)
+    metrics = {"training_loss": loss, "l2_grads": l2_grads, "l2_params": _tree_l2(params),
+               "l2_updates": _tree_l2(updates)}
+    return new_state, metrics
+
+  return update
+
+
+def _resolve_durations(config: ml_collections.ConfigDict, ntrain: int) -> dict[str, int]:
+  batch_size = config.input.batch_size
+  steps_per_epoch = ntrain / batch_size
+  kw = dict(steps_per_epoch=steps_per_epoch, batch_size=batch_size)
+  total = cfg_lib.get_steps(config, "total", total_steps=None, required=True, **kw)
+  log = cfg_lib.get_steps(config, "log_training", total_steps=total, **kw) or 50
+  ckpt = cfg_lib.get_steps(config, "ckpt", total_steps=total, **kw) or total
+  return dict(total=total, log=log, ckpt=ckpt)
+
+
+def _check_nonfinite(state: Mapping[str, Any], ckpt: ckpt_lib.Checkpointer) -> None:
+  bad = int(jax.device_get(state["nonfinite_step"]))
+  if bad >= 0:
+    good = ckpt.latest_step()
+    raise FloatingPointError(
+        f"Non-finite loss or gradients at step {bad}. Training stopped; the last good "
+        f"checkpoint is {'step ' + str(good) if good is not None else 'none'} and was not "
+        "touched. Lower config.lr, enable grad_clip_norm or qk_norm, or check the data.")
+
+
+def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
+  """Runs (or resumes) training; returns the last logged metrics (train and evals)."""
+  cfg_lib.validate_train_config(config)
+  mesh = sharding.make_mesh(config.get("mesh", [(DATA_AXIS, -1)]))
+  if DATA_AXIS not in mesh.shape:
+    raise ValueError(f"config.mesh needs a {DATA_AXIS!r} axis for the batch; got {config.mesh}.")
+  batch_size = config.input.batch_size
+  if batch_size % mesh.shape[DATA_AXIS]:
+    raise ValueError(f"input.batch_size={batch_size} is not divisible by the {DATA_AXIS!r} "
+                     f"mesh axis ({mesh.shape[DATA_AXIS]} devices); pick a multiple.")
+  input_pipeline.host_batch_size(batch_size, jax.process_count())
+  model = make_model(config)
+  ntrain = datasets.num_examples(config.input.data)
+  steps = _resolve_durations(config, ntrain)
+  evals = evaluators.from_config(config.get("evals", {}), model=model, mesh=mesh,
+                                 data_axis=DATA_AXIS, total_steps=steps["total"],
+                                 steps_per_epoch=ntrain / batch_size, train_batch_size=batch_size,
+                                 default_loss=config.get("loss", "sigmoid_xent"))
+
+  workdir_path = epath.Path(workdir)
+  if jax.process_index() == 0:
+    workdir_path.mkdir(parents=True, exist_ok=True)
+    (workdir_path / "config.json").write_text(config.to_json_best_effort(indent=2))
+
+  ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints", save_interval_steps=steps["ckpt"],
+                               keep_last=config.get("keep_last_ckpts", 2),
+                               keep_every_steps=config.get("keep_ckpt_steps"))
+  # The shapes of the images come from the pp; one example of the stream gives them.
+  first = next(input_pipeline.training_batches(
+      config.input.data, config.input.pp, batch_size, seed=config.seed, start_step=0,
+      process_index=jax.process_index(), process_count=jax.process_count(), prefetch=1))
+  dummy_images = jnp.zeros((1, *first["image"].shape[1:]), jnp.float32)
+
+  def init_params(rng):
+    params = model.init(rng, dummy_images)["params"]
+    if config.get("init_head_bias") is not None and "head" in params:
+      params["head"]["bias"] = jnp.full_like(params["head"]["bias"], config.init_head_bias)
+    return params
+
+  abstract_params = jax.eval_shape(init_params, jax.random.PRNGKey(0))
+  tx, schedules = optim.make_optimizer(config, abstract_params, steps["total"])
+
+  def init_state(rng):
+    params_rng, train_rng = jax.random.split(rng)
+    params = init_params(params_rng)
+    return dict(params=params, opt_state=tx.init(params), step=jnp.zeros((), jnp.int32),
+                rng=train_rng, nonfinite_step=jnp.full((), -1, jnp.int32))
+
+  strategy = config.get("sharding_strategy", [(".*", "replicate")])
+  abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(0))
+  state_shardings = sharding.tree_shardings(abstract_state, strategy, mesh)
+  target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                        abstract_state, state_shardings)
+
+  restored = ckpt.restore_latest(target)
+  if restored is not None:
+    state, start_step = restored.state, restored.step
+    core_hours = float(restored.extra["core_hours"])
+    logging.info("Resumed from step %d in %s", start_step, ckpt.directory)
+  else:
+    state = jax.jit(init_state, out_shardings=state_shardings)(
+        jax.random.PRNGKey(config.seed))
+    start_step, core_hours = 0, 0.0
+    if config.get("model_init"):
+      params = vit.load(state["params"], config.model_init, config.model,
+                        dont_load=config.get("model_load", {}).get("dont_load", ()))
+      state["params"] = jax.device_put(params, state_shardings["params"])
+
+  update = jax.jit(make_update_fn(model, tx, config),
+                   in_shardings=(state_shardings, None), out_shardings=(state_shardings, None),
+                   donate_argnums=(0,))
+  batches = input_pipeline.training_batches(
+      config.input.data, config.input.pp, batch_size, seed=config.seed, start_step=start_step,
+      process_index=jax.process_index(), process_count=jax.process_count(),
+      prefetch=config.input.get("prefetch", 2))
+  writer = metrics_lib.MetricWriter(workdir)
+  progress = metrics_lib.Progress(total_steps=steps["total"], first_step=start_step,
+                                  num_devices=jax.device_count(), examples_per_step=batch_size,
+                                  core_hours=core_hours)
+  logged: dict[str, float] = {}
+
+  def save(step, force=False):
+    if force or ckpt.should_save(step):
+      _check_nonfinite(state, ckpt)
+      with progress.paused():
+        ckpt.save(step, state, {"core_hours": progress.core_hours(), "data_position": step},
+                  force=force)
+
+  def run_evals(step) -> bool:
+    due = [e for e in evals if e.due(step)]
+    with progress.paused():
+      for evaluator in due:
+        values = {f"{evaluator.name}/{k}": v for k, v in evaluator.run(state["params"]).items()}
+        writer.write_scalars(step, values)
+        logged.update(values)
+    return bool(due)
+
+  step = start_step
+  with _SigtermFlag() as sigterm:
+    for step in range(start_step + 1, steps["total"] + 1):
+      host_batch = next(batches)
+      # Every host->device copy is explicit: a stray numpy array in the step would fail here
+      # instead of silently transferring (and, on a pod, serialising the step).
+      with jax.transfer_guard("disallow"):
+        batch = input_pipeline.make_global_batch(
+            {k: host_batch[k] for k in ("image", "labels")}, mesh, DATA_AXIS)
+        state, metrics = update(state, batch)
+      log_now = step % steps["log"] == 0 or step in (steps["total"], start_step + 1)
+      if log_now:
+        _check_nonfinite(state, ckpt)
+        values = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        for name, schedule in schedules.items():
+          key = "lr" if len(schedules) == 1 else f"lr/{name}"
+          values[key] = float(config.lr * schedule(step - 1))
+        if step > start_step + 1:  # the first interval is mostly compilation
+          values.update(progress.measure(step))
+        writer.write_scalars(step, values)
+        logged.update(values)
+        logging.info("%s | loss %.4f", progress.line(step), values["training_loss"])
+      if run_evals(step) or log_now:
+        writer.flush()
+      preempted = (sigterm.event.is_set() if jax.process_count() == 1
+                   else ckpt.reached_preemption(step))
+      if preempted:
+        logging.warning("Preemption notice (SIGTERM) at step %d: saving and exiting.", step)
+        save(step, force=True)
+        break
+      save(step, force=step == steps["total"])
+  ckpt.wait_until_finished()
+  ckpt.close()
+  writer.close()
+  logged["step"] = step
+  return logged
+
+
+class _QuietLibraries(std_logging.Filter):
+  """Drops orbax's, TFDS's and clu's INFO chatter (pages per checkpoint); keeps warnings."""
+  NOISY = (f"{os.sep}orbax{os.sep}", f"{os.sep}tensorflow_datasets{os.sep}", f"{os.sep}clu{os.sep}",
+           "xla_bridge.py")
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    return record.levelno >= std_logging.WARNING or not any(
+        part in record.pathname for part in self.NOISY)
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  logging.get_absl_handler().addFilter(_QuietLibraries())
+  initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+  if FLAGS.workdir is None:
+    raise app.UsageError("--workdir is required.")
+  result = train(FLAGS.config, FLAGS.workdir)
+  if jax.process_index() == 0:
+    print(json.dumps(result, indent=1, sort_keys=True))
+
+
+if __name__ == "__main__":
+  FLAGS = flags.FLAGS
+  config_flags.DEFINE_config_file("config", None, "Training config file (file.py:args).",
+                                  lock_config=True)
+  flags.DEFINE_string("workdir", None, "Run directory (local or gs://); re-use to resume.")
+  flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process).")
+  flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process).")
+  flags.DEFINE_integer("process_id", None, "This process's index (multi-process).")
+  app.run(main)

@@ -1,0 +1,57 @@
+r"""The main job: a small ViT with relu/L attention + qk-layernorm on the offline `mnist5k`.
+
+    python -m big_vision_relu.train --config configs/local/mnist_relu.py --workdir workdirs/mnist_relu
+
+Arguments (`mnist_relu.py:key=value,...`):
+  attention   softmax | relu | relu2 | gelu | softplus | identity | relu6 | sigmoid  (relu)
+  alpha       seqlen_alpha: weights are L^-alpha * h(q.k/sqrt(d))                    (1.0)
+  qk_norm     qk-layernorm                                                           (True)
+  gated       the paper's gated attention                                            (False)
+  patch       patch size: 4 -> L = 49 tokens, 2 -> L = 196                           (4)
+  epochs      training epochs over the 4,000 training images                         (30)
+  seed        run seed                                                               (0)
+  runlocal    a few-step smoke run (used by the tests)                               (False)
+
+Expected (measured on 2 CPU cores, see README): test prec@1 ~0.95 after ~4 minutes.
+"""
+from big_vision_relu.config import parse_arg
+import ml_collections
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  arg = parse_arg(arg, attention="relu", alpha=1.0, qk_norm=True, gated=False, patch=4,
+                  epochs=30, seed=0, runlocal=False)
+  config = ml_collections.ConfigDict()
+  config.seed = arg.seed
+  config.total_epochs = arg.epochs if not arg.runlocal else None
+  config.total_steps = 6 if arg.runlocal else None
+  config.input = dict(
+      data=dict(name="mnist5k", split="train"),
+      batch_size=128 if not arg.runlocal else 16,
+      pp='decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
+  )
+  config.num_classes = 10
+  config.model = dict(
+      patch_size=(arg.patch, arg.patch), width=64, depth=4, mlp_dim=256, num_heads=4,
+      pool_type="gap", posemb="learn",
+      attention=arg.attention, seqlen_alpha=arg.alpha, qk_norm=arg.qk_norm, gated=arg.gated,
+  )
+  config.loss = "softmax_xent"
+  config.optax_name = "scale_by_adam"
+  config.optax = dict(b1=0.9, b2=0.999)
+  config.lr = 1e-3
+  config.wd = 1e-4
+  config.grad_clip_norm = 1.0
+  config.schedule = dict(warmup_percent=0.05, decay_type="cosine")
+
+  config.log_training_steps = 2 if arg.runlocal else 50
+  config.ckpt_steps = 3 if arg.runlocal else 200
+  config.evals = ml_collections.ConfigDict()
+  config.evals.test = dict(
+      type="classification",
+      data=dict(name="mnist5k", split="test"),
+      pp_fn='decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
+      batch_size=256 if not arg.runlocal else 16,
+      log_percent=0.25,
+  )
+  return config
