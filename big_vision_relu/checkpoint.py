@@ -171,22 +171,25 @@ class Checkpointer:
         moved aside (see the module docstring). Raises RuntimeError if no step is readable.
         """
         steps = self.all_steps()
-        failures: list[tuple[int, Exception]] = []
+        # Messages, not exception objects: those pin orbax's failed read coroutines (through
+        # their tracebacks) for as long as the caller keeps the log records.
+        failures: list[tuple[int, str]] = []
         for step in reversed(steps):
             try:
                 restored = self.restore(step, target)
             except _READ_ERRORS as e:
+                message = f"{type(e).__name__}: {e}"
                 logging.warning(
-                    "Could not restore checkpoint step %d in %s (%s: %s); trying an older one.",
-                    step, self._directory, type(e).__name__, e,
+                    "Could not restore checkpoint step %d in %s (%s); trying an older one.",
+                    step, self._directory, message,
                 )
-                failures.append((step, e))
+                failures.append((step, message))
                 continue
             for bad_step, _ in failures:
                 self._quarantine(bad_step)
             return restored
         if failures:
-            details = "\n".join(f"  step {s}: {type(e).__name__}: {e}" for s, e in failures)
+            details = "\n".join(f"  step {s}: {message}" for s, message in failures)
             raise RuntimeError(
                 f"No checkpoint in {self._directory} could be restored (steps {steps}):\n"
                 f"{details}\nIf every step fails with the same shape or structure error, the "

@@ -144,10 +144,10 @@ class Progress:
           core_hours: core hours spent before this process (from the checkpoint; 0 if new).
           clock: seconds, monotonic; injectable for tests.
         """
-        if num_devices < 1 or examples_per_step < 1:
+        if min(total_steps, num_devices, examples_per_step) < 1:
             raise ValueError(
-                f"num_devices={num_devices} and examples_per_step={examples_per_step} "
-                "must be >= 1"
+                f"total_steps={total_steps}, num_devices={num_devices} and "
+                f"examples_per_step={examples_per_step} must all be >= 1"
             )
         self.total_steps = total_steps
         self.first_step = first_step

@@ -27,6 +27,10 @@ Config keys read (from the trainer's full config; other keys are ignored):
   ``[(regex, schedule_dict_or_None), ...]``; ``None`` freezes the matching parameters.
   Every parameter must match a rule (end the list with ``('.*', ...)``).
 
+With ``mu_dtype='bfloat16'`` optax computes ``b1 * mu`` in bfloat16, so the carried moment
+is decayed by bfloat16(b1) (0.8984375 for 0.9), not b1; big_vision, on the same optax code,
+does the same (tests/test_optim.py pins this down).
+
 Rules match the '/'-joined parameter path (e.g.
 ``'Transformer/encoderblock_0/MlpBlock_0/Dense_0/kernel'``) with ``re.fullmatch``, and the
 FIRST matching rule of a list applies, so put specific patterns before general ones.
@@ -159,13 +163,15 @@ def param_paths(params: Any) -> Any:
 
 
 def _rule_list(rules: Any, name: str) -> list[tuple[str, Any]]:
-    """Validates ``[(regex, value), ...]`` and compiles nothing yet (errors name the rule)."""
+    """Validates ``[(regex, value), ...]``: pairs with a string regex that compiles."""
     if isinstance(rules, (str, bytes)) or not isinstance(rules, Sequence):
         raise ValueError(f"config.{name} must be a list of (regex, value) pairs, got {rules!r}")
     out = []
     for rule in rules:
         if not (isinstance(rule, Sequence) and len(rule) == 2 and isinstance(rule[0], str)):
-            raise ValueError(f"config.{name}: each rule must be a (regex, value) pair, got {rule!r}")
+            raise ValueError(
+                f"config.{name}: each rule must be a (regex, value) pair, got {rule!r}"
+            )
         try:
             re.compile(rule[0])
         except re.error as e:
@@ -196,6 +202,7 @@ def _masks(paths_tree: Any, assignment: Mapping[str, int | None], n: int) -> lis
 
 
 def _direction(config: Any) -> optax.GradientTransformation:
+    """The optax transformation named by ``config.optax_name``, with ``config.optax`` kwargs."""
     name = config.get("optax_name", "scale_by_adam")
     if name not in OPTIMIZERS:
         raise ValueError(f"config.optax_name={name!r} is unknown; valid: {sorted(OPTIMIZERS)}")

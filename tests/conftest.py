@@ -6,3 +6,29 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import importlib.util
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_config_module(relative_path: str):
+  """Imports a config file (configs/...py) as a module, as --config does."""
+  path = ROOT / relative_path
+  spec = importlib.util.spec_from_file_location(path.stem, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@pytest.fixture(scope="session")
+def offline_data_dir(tmp_path_factory) -> str:
+  """A TFDS data dir with the offline datasets (mnist5k, digits) built once per session."""
+  from big_vision_relu.data import builders, datasets
+  path = str(tmp_path_factory.mktemp("tfds"))
+  for name in builders.OFFLINE_DATASETS:
+    datasets.get_builder(name, path)
+  return path
