@@ -17,7 +17,7 @@ import logging as std_logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from absl import app, flags, logging
@@ -153,10 +153,14 @@ def _check_nonfinite(state: Mapping[str, Any], ckpt: ckpt_lib.Checkpointer) -> N
         "touched. Lower config.lr, enable grad_clip_norm or qk_norm, or check the data.")
 
 
-def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
-  """Runs (or resumes) training; returns the last logged metrics (train and evals)."""
+def train(config: ml_collections.ConfigDict, workdir: str,
+          devices: Sequence[jax.Device] | None = None) -> dict[str, float]:
+  """Runs (or resumes) training; returns the last logged metrics (train and evals).
+
+  `devices` (default: all) are the devices of the mesh, e.g. one device of a host with eight.
+  """
   cfg_lib.validate_train_config(config)
-  mesh = sharding.make_mesh(config.get("mesh", [(DATA_AXIS, -1)]))
+  mesh = sharding.make_mesh(config.get("mesh", [(DATA_AXIS, -1)]), devices)
   if DATA_AXIS not in mesh.shape:
     raise ValueError(f"config.mesh needs a {DATA_AXIS!r} axis for the batch; got {config.mesh}.")
   batch_size = config.input.batch_size
@@ -254,11 +258,11 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   with _SigtermFlag() as sigterm:
     for step in range(start_step + 1, steps["total"] + 1):
       host_batch = next(batches)
-      # Every host->device copy is explicit: a stray numpy array in the step would fail here
-      # instead of silently transferring (and, on a pod, serialising the step).
+      batch = input_pipeline.make_global_batch(
+          {k: host_batch[k] for k in ("image", "labels")}, mesh, DATA_AXIS)
+      # The step's inputs are all device arrays: a stray numpy array or Python value reaching
+      # it would fail here instead of silently transferring (on a pod, serialising the step).
       with jax.transfer_guard("disallow"):
-        batch = input_pipeline.make_global_batch(
-            {k: host_batch[k] for k in ("image", "labels")}, mesh, DATA_AXIS)
         state, metrics = update(state, batch)
       log_now = step % steps["log"] == 0 or step in (steps["total"], start_step + 1)
       if log_now:

@@ -89,6 +89,8 @@ def num_examples(data: Mapping[str, str]) -> int:
 def raw_record_source(builder: tfds.core.DatasetBuilder, split: str) -> Sequence[bytes]:
   """Random-access sequence of the serialized `tf.train.Example`s of `split`, in TFDS order.
 
+  Also has `__getitems__(indices)`, which reads many records in one call (in parallel).
+
   Raises ValueError (with the conversion command) if the dataset has no ArrayRecord files.
   """
   formats = builder.info.available_file_formats()

@@ -20,18 +20,22 @@ What this buys:
   enough) and nothing to skip over, for 13M-image ImageNet-21k as for MNIST;
 - memory per host is O(batch) regardless of the dataset size;
 - the global batches do not depend on the number of processes: a run resumed on a pod slice
-  of a different size sees the same examples (only their split over hosts changes).
+  of a different size sees the same examples at every step (only their split over hosts
+  changes).
+
+(The host share is thus a share of every global batch, not `tfds.even_splits` of the records
+as in big_vision: that would tie the data order to the number of processes.)
 
 What it costs:
 - datasets must be stored as ArrayRecord (`tfds build ... --file_format=array_record`, or
   `tfds convert_format` for datasets already built as TFRecord): random access by record
   number is impossible with TFRecord files. `datasets.raw_record_source` says so, with the
   command, when a dataset is in another format;
-- every example is a separate random read. On local disk that is cheap; on GCS each read has
-  ~10-50 ms latency, so throughput comes from parallelism: each host batch is fetched with one
-  `__getitems__` call, which ArrayRecord serves with parallel reads, and the next batches are
-  fetched while the current one is preprocessed (prefetch). A host reads records from all
-  shards rather than from 1/P of them;
+- every example is a separate random read. On local disk that is cheap; on GCS each read
+  has tens of ms of latency, so throughput comes from parallelism: each host batch is fetched
+  with one `__getitems__` call, which ArrayRecord serves with one thread per shard touched (at
+  most 64: its `grain_num_threads_fetching_records` flag), and the next batch is fetched while
+  the current one is preprocessed. A host reads records from all shards, not 1/P of them;
 - records are fetched by a Python callback (`tf.numpy_function`), so the pipeline cannot be
   serialised to the tf.data service and the fetch itself holds the GIL between reads.
 
@@ -100,7 +104,12 @@ def _open(data: Mapping[str, str]) -> tuple[Sequence[bytes], Callable[[tf.Tensor
 
 
 def _fetch(source: Sequence[bytes], records: tf.Tensor) -> tf.Tensor:
-  """Serialized records [k] (tf.string) for record numbers `records` (int64 [k])."""
+  """Serialized records [k] (tf.string) for record numbers `records` (int64 [k]).
+
+  One batched `__getitems__` call: ArrayRecord reads the shards involved in parallel threads.
+  Callers run one fetch at a time (no sequential map parallelism) so that the readers are
+  never used from two tf.data threads at once.
+  """
   def read(numbers: np.ndarray) -> np.ndarray:
     return np.array(source.__getitems__(numbers.tolist()), dtype=object)
   serialized = tf.numpy_function(read, [records], tf.string)
@@ -150,10 +159,9 @@ def training_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *
     return {k: v for k, v in example.items() if k != pp_lib.RNG_KEY}
 
   ds = tf.data.Dataset.counter(start=start_step * host_batch, dtype=tf.int64).map(locate)
-  # One read call per host batch, overlapped with preprocessing of the previous one.
-  ds = ds.batch(host_batch).map(lambda records, rngs: (_fetch(source, records), rngs),
-                                num_parallel_calls=2)
-  ds = ds.unbatch().map(process, num_parallel_calls=tf.data.AUTOTUNE)
+  # One read call per host batch, made one batch ahead while the previous one is preprocessed.
+  ds = ds.batch(host_batch).map(lambda records, rngs: (_fetch(source, records), rngs))
+  ds = ds.prefetch(1).unbatch().map(process, num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(host_batch, drop_remainder=True).prefetch(prefetch)
   return ds.as_numpy_iterator()
 
@@ -195,7 +203,7 @@ def eval_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *,
                  - (stop - start))
 
   def read(records: tf.data.Dataset) -> tf.data.Dataset:
-    ds = records.batch(host_batch).map(lambda r: _fetch(source, r), num_parallel_calls=2)
+    ds = records.batch(host_batch).map(lambda r: _fetch(source, r)).prefetch(1)
     return ds.unbatch().map(lambda s: preprocess(deserialize(s)),
                             num_parallel_calls=tf.data.AUTOTUNE)
 

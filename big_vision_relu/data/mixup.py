@@ -11,6 +11,8 @@ one): x' = lam * x + (1 - lam) * roll(x, 1).
 
 Under `jax.jit` with a global batch sharded over devices, the roll crosses shard boundaries:
 XLA moves one example per device to its neighbour (a collective permute), which is cheap.
+This needs the mesh's data axis to be `AxisType.Auto` (as `sharding.make_mesh` makes it):
+with Explicit axes jax does not implement the roll of a sharded axis.
 `fold_in` is big_vision's option for per-device code (`shard_map` / `pmap`): the name of a
 mapped axis whose index is folded into the key, so each device draws its own ratio; with
 `jax.jit` over global arrays leave it None (big_vision's configs also set `fold_in=None`).
@@ -40,14 +42,15 @@ def mixup(rng: jax.Array, arrays: Any, *, p: float, fold_in: str | None = None,
     raise ValueError(f"mixup: p must be > 0, got {p}")
   if n < 2:
     raise ValueError(f"mixup: n must be >= 2, got {n}")
+  for x in jax.tree.leaves(arrays):
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+      raise TypeError(f"mixup mixes float arrays only, got {x.dtype} {x.shape}: one-hot the "
+                      "labels and scale the images to floats first")
   if fold_in is not None:
     rng = jax.random.fold_in(rng, jax.lax.axis_index(fold_in))
   ratio = jax.random.dirichlet(rng, jnp.full((n,), p, jnp.float32))
 
   def mix(x: jax.Array) -> jax.Array:
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-      raise TypeError(f"mixup mixes float arrays only, got {x.dtype} {x.shape}: one-hot the "
-                      "labels and scale the images to floats first")
     r = ratio.astype(x.dtype)
     return sum(r[i] * jnp.roll(x, i, axis=0) for i in range(n))
 

@@ -6,12 +6,13 @@ from big_vision_relu.data.pp.registry import Example, PPFn, register
 
 
 @register("onehot")
-def get_onehot(depth: int, *, key: str = "label", key_result: str = "labels",
+def get_onehot(depth: int, key: str = "label", key_result: str = "labels", multi: bool = True,
                on: float = 1.0, off: float = 0.0) -> PPFn:
-  """`example[key]` (int scalar, or int [k] for multi-label) -> float32 [depth] at key_result.
+  """`example[key]` (int scalar, or int [k] for multi-label) -> float32 at key_result.
 
-  Every listed class gets `on`, the others `off` (so [k] labels give a multi-hot vector).
-  Defaults read TFDS's 'label' and write big_vision's 'labels'; `key` is kept.
+  Scalar labels give [depth]. [k] labels give a multi-hot [depth] (every listed class `on`) if
+  `multi`, else [k, depth]. Defaults read TFDS's 'label' and write big_vision's 'labels'
+  (big_vision's defaults are key='labels', key_result=key); `key` is kept.
   """
   if not (isinstance(depth, int) and depth > 0):
     raise ValueError(f"onehot: depth must be a positive int, got {depth!r}")
@@ -21,7 +22,7 @@ def get_onehot(depth: int, *, key: str = "label", key_result: str = "labels",
     if labels.shape.rank not in (0, 1):
       raise ValueError(f"onehot: {key!r} must be a scalar or a vector, got shape {labels.shape}")
     hot = tf.one_hot(labels, depth, on_value=True, off_value=False, dtype=tf.bool)
-    if labels.shape.rank == 1:
+    if labels.shape.rank == 1 and multi:
       hot = tf.reduce_any(hot, axis=0)
     return {**example, key_result: tf.where(hot, tf.constant(on, tf.float32),
                                             tf.constant(off, tf.float32))}

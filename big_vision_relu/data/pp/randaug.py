@@ -13,7 +13,7 @@ m = magnitude / 10 (magnitude 10 is the "max" level; big_vision configs also use
   invert             -                                    255 - x
   rotate             +/- 30*m degrees                     about the centre, fill 128
   posterize          bits = int(4*m)                      keep the top `bits` bits
-  solarize           threshold = int(256*m)               x >= threshold -> 255 - x
+  solarize           threshold = int(256*m) mod 256       x >= threshold -> 255 - x
   color              factor = 1.8*m + 0.1                 blend with grayscale
   contrast           factor = 1.8*m + 0.1                 blend with a constant gray (below)
   brightness         factor = 1.8*m + 0.1                 blend with black
@@ -29,16 +29,22 @@ uint8. Geometric ops sample the nearest input pixel; pixels from outside the ima
 Quirks of big_vision's implementation, kept on purpose (they are what the paper trained with):
 - `contrast` blends towards the constant gray level min(H*W/256, 255) (the pixel COUNT over
   256, not PIL's mean gray level): 196 for 224x224 images.
+- solarize's threshold int(256*m) is compared with uint8 pixels as a uint8, so it wraps
+  mod 256 (TF converts the Python int 256 to uint8 0; checked with TF 2.21, and numpy 1.x,
+  which TF used in 2023, wraps likewise): magnitudes 0 and 10 invert every pixel, magnitude
+  15 solarizes at 128.
 - magnitude 0 is not "no augmentation": posterize keeps 1 bit (TF clamps a shift by 8 to 7),
   solarize inverts every pixel, and the blend ops use factor 0.1.
 - translation and cutout sizes are in pixels, independent of the image size.
 
-Differences from big_vision, all without effect on the distribution of outputs:
+Differences from big_vision (none changes what an op does beyond a rounding step):
 - randomness is stateless: every draw derives from the example's `_rng` seed, so an example's
   augmentation is reproducible (big_vision uses stateful TF random ops);
 - rotate / shear / translate use `ImageProjectiveTransformV3` with fill value 128 instead of
   appending a ones channel and replacing pixels where it became 0 (same result with nearest
   sampling);
+- auto_contrast computes (x - lo) * 255 / (hi - lo), which maps the maximum to exactly 255
+  as PIL does; big_vision's x * (255 / (hi - lo)) - lo * (255 / (hi - lo)) can give 254;
 - magnitude must be in [0, 20] (above 20 posterize would need more than 8 bits).
 
 Input and output: uint8 [H, W, 3].
@@ -65,7 +71,7 @@ def _auto_contrast(image: tf.Tensor) -> tf.Tensor:
   x = tf.cast(image, tf.float32)
   lo = tf.reduce_min(x, axis=[0, 1], keepdims=True)
   hi = tf.reduce_max(x, axis=[0, 1], keepdims=True)
-  stretched = (x - lo) * (255.0 / tf.maximum(hi - lo, 1.0))
+  stretched = (x - lo) * 255.0 / tf.maximum(hi - lo, 1.0)  # hi maps to exactly 255.
   # Constant channels have nothing to stretch and stay as they are.
   out = tf.where(hi > lo, stretched, x)
   return tf.cast(tf.clip_by_value(out, 0.0, 255.0), tf.uint8)
@@ -95,7 +101,9 @@ def _posterize(image: tf.Tensor, bits: int) -> tf.Tensor:
 
 
 def _solarize(image: tf.Tensor, threshold: int) -> tf.Tensor:
-  return tf.where(tf.cast(image, tf.int32) < threshold, image, 255 - image)
+  # big_vision compares the uint8 image with a Python int, which TF converts to uint8, i.e.
+  # takes mod 256: threshold 256 (magnitude 10) becomes 0 and inverts every pixel.
+  return tf.where(image < tf.constant(threshold % 256, tf.uint8), image, 255 - image)
 
 
 def _solarize_add(image: tf.Tensor, addition: int, threshold: int = 128) -> tf.Tensor:
@@ -210,7 +218,11 @@ def get_randaug(num_layers: int = 2, magnitude: float = 10, *, key: str = "image
                        f"{image.shape}: put it before value_range and use decode(channels=3)")
     image = tf.ensure_shape(image, [None, None, 3])
     example, seed = take_seed(example, "randaug")
-    for layer_seed in tf.unstack(tf.random.experimental.stateless_split(seed, num_layers)):
-      image = _layer(image, level, layer_seed)
+    layer_seeds = tf.random.experimental.stateless_split(seed, num_layers)
+    # A loop rather than unrolled layers: the 16 branches are traced once, not per layer.
+    _, image = tf.while_loop(
+        lambda i, _: i < num_layers,
+        lambda i, x: (i + 1, _layer(x, level, layer_seeds[i])),
+        (tf.constant(0), image))
     return {**example, key: image}
   return apply

@@ -1,0 +1,271 @@
+"""The trainer: sharded == unsharded, multi-process == single process, resume, preemption, errors.
+
+In-process runs use tiny models; the multi-process, kill -9 and SIGTERM tests start real
+`python -m big_vision_relu.train` processes.
+"""
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from big_vision_relu import train as train_lib
+
+from conftest import ROOT, load_config_module
+
+MAIN_CONFIG = "configs/local/mnist_relu.py"
+
+
+def tiny_config(data_dir: str, **overrides) -> ml_collections.ConfigDict:
+  """The main job's config shrunk to seconds: 1 block of width 16 on 16 tokens."""
+  config = load_config_module(MAIN_CONFIG).get_config("runlocal")
+  config.input.data.data_dir = data_dir
+  config.input.batch_size = 16
+  config.model = dict(patch_size=(7, 7), width=16, depth=1, mlp_dim=32, num_heads=2,
+                      attention="relu", qk_norm=True)
+  config.total_steps = 6
+  config.ckpt_steps = 2
+  config.log_training_steps = 1
+  config.evals = ml_collections.ConfigDict()
+  for key, value in overrides.items():
+    config[key] = value
+  return config
+
+
+def final_params(workdir) -> dict:
+  """The params of the newest checkpoint, read with orbax directly (no target tree)."""
+  directory = pathlib.Path(workdir) / "checkpoints"
+  step = max(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+  with ocp.CheckpointManager(directory, item_names=("state", "extra")) as manager:
+    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  return step, jax.tree.map(np.asarray, restored.state["params"])
+
+
+def assert_trees_close(a, b, atol):
+  flat_a, flat_b = jax.tree_util.tree_leaves_with_path(a), jax.tree_util.tree_leaves_with_path(b)
+  assert [p for p, _ in flat_a] == [p for p, _ in flat_b]
+  for (path, x), (_, y) in zip(flat_a, flat_b):
+    np.testing.assert_allclose(x, y, atol=atol, rtol=0, err_msg=jax.tree_util.keystr(path))
+
+
+def assert_trees_equal(a, b):
+  jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+# ------------------------------------------------------------------ sharded == unsharded
+
+def test_data_parallel_and_fsdp_on_8_devices_equal_one_device(offline_data_dir, tmp_path):
+  assert jax.device_count() == 8
+  runs = {
+      "one": (tiny_config(offline_data_dir), jax.devices()[:1]),
+      "dp8": (tiny_config(offline_data_dir), None),
+      "fsdp8": (tiny_config(offline_data_dir,
+                            sharding_strategy=[(".*", 'fsdp(axis="data")')]), None),
+  }
+  params = {}
+  for name, (config, devices) in runs.items():
+    result = train_lib.train(config, str(tmp_path / name), devices=devices)
+    assert result["step"] == 6
+    step, params[name] = final_params(tmp_path / name)
+    assert step == 6
+  assert_trees_close(params["dp8"], params["one"], atol=1e-5)
+  assert_trees_close(params["fsdp8"], params["one"], atol=1e-5)
+  lines = [json.loads(line) for line in (tmp_path / "one" / "metrics.jsonl").read_text()
+           .splitlines()]
+  assert [line["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
+  assert {"training_loss", "l2_grads", "l2_params", "l2_updates", "lr"} <= set(lines[0])
+  assert {"img/sec/core", "core_hours"} <= set(lines[-1])
+  assert lines[0]["l2_updates"] > 0  # the params moved: not two untouched inits compared
+  assert (tmp_path / "one" / "config.json").exists()
+  assert list((tmp_path / "one").glob("events.out.tfevents.*"))
+
+
+def test_fsdp_really_shards_the_params(offline_data_dir, tmp_path):
+  config = tiny_config(offline_data_dir, sharding_strategy=[(".*", 'fsdp(axis="data")')])
+  model = train_lib.make_model(config)
+  from big_vision_relu import sharding
+  mesh = sharding.make_mesh([("data", -1)])
+  abstract = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 1)))
+  shardings = sharding.tree_shardings(abstract, config.sharding_strategy, mesh)
+  kernel = shardings["params"]["Transformer"]["encoderblock_0"]["MlpBlock_0"]["Dense_0"]["kernel"]
+  assert kernel.spec == jax.sharding.PartitionSpec(None, "data")  # (16, 32): 32 splits by 8
+  bias = shardings["params"]["Transformer"]["encoderblock_0"]["LayerNorm_0"]["scale"]
+  assert bias.spec == jax.sharding.PartitionSpec("data")  # (16,)
+
+
+# ------------------------------------------------------------------ checkpoints and resume
+
+def test_corrupt_newest_checkpoint_falls_back_with_a_warning(offline_data_dir, tmp_path, caplog):
+  workdir = tmp_path / "run"
+  train_lib.train(tiny_config(offline_data_dir), str(workdir))  # keeps steps 4 and 6
+  _, expected = final_params(workdir)
+  newest = workdir / "checkpoints" / "6" / "state"
+  victims = sorted(p for p in newest.rglob("*") if p.is_file() and p.stat().st_size > 0)
+  assert victims
+  for victim in victims:  # damage every data file of the newest step
+    victim.write_bytes(b"garbage")
+  train_lib.train(tiny_config(offline_data_dir), str(workdir))
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+  assert any("Could not restore checkpoint step 6" in w for w in warnings), warnings
+  # Steps 5 and 6 were trained again from step 4, exactly as the first time.
+  step, got = final_params(workdir)
+  assert step == 6
+  assert_trees_equal(got, expected)
+  assert (workdir / "checkpoints" / "4").exists()  # the good checkpoint was never touched
+
+
+def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(offline_data_dir, tmp_path):
+  workdir = tmp_path / "run"
+  train_lib.train(tiny_config(offline_data_dir, total_steps=2), str(workdir))
+  _, good = final_params(workdir)
+  config = tiny_config(offline_data_dir, total_steps=6, lr=1e30, grad_clip_norm=None)
+  with pytest.raises(FloatingPointError, match=r"Non-finite loss or gradients at step \d+.*"
+                     r"last good checkpoint is step 2"):
+    train_lib.train(config, str(workdir))
+  step, after = final_params(workdir)
+  assert step == 2
+  assert_trees_equal(after, good)
+
+
+# ------------------------------------------------------------------ config errors
+
+@pytest.mark.parametrize("change,match", [
+    (dict(learning_rate=1e-3), r"Unknown key\(s\) in config: learning_rate"),
+    (dict(total_epochs=3), "Set exactly one of total_steps, total_epochs, total_examples"),
+    (dict(input=dict(data=dict(name="mnist5k", split="train"), batch_size=12,
+                     pp="decode")), "batch_size=12 is not divisible by the 'data' mesh axis"),
+    (dict(model=dict(variant="mu/4", attention="relu3")), "valid choices: softmax, relu"),
+    (dict(model=dict(variant="mu/4", widht=3)), "Bad config.model.*widht"),
+    (dict(loss="hinge"), "Unknown loss 'hinge'"),
+    (dict(input=dict(data=dict(name="cifar100", split="train"), batch_size=16, pp="decode")),
+     "Dataset 'cifar100' is not prepared"),
+])
+def test_bad_configs_fail_fast_with_a_clear_message(offline_data_dir, tmp_path, change, match):
+  config = tiny_config(offline_data_dir)
+  for key, value in change.items():
+    if key == "input" and "data_dir" not in value["data"]:
+      value["data"]["data_dir"] = offline_data_dir
+    config[key] = value
+  start = time.monotonic()
+  with pytest.raises(ValueError if "not prepared" not in match else FileNotFoundError,
+                     match=match):
+    train_lib.train(config, str(tmp_path / "w"))
+  assert time.monotonic() - start < 20
+  assert not (tmp_path / "w" / "checkpoints").exists()
+
+
+# ------------------------------------------------------------------ real processes
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _write_config(tmp_path, config, name="config.py") -> str:
+  """A config file holding `config` (as JSON), so subprocesses can take --config."""
+  path = tmp_path / name
+  path.write_text(
+      "import json\nimport ml_collections\n\n\ndef get_config():\n"
+      f"  return ml_collections.ConfigDict(json.loads({config.to_json()!r}))\n")
+  return str(path)
+
+
+def _spawn(config_path, workdir, *, devices, extra=(), **popen):
+  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+         "JAX_PLATFORMS": "cpu"}
+  return subprocess.Popen(
+      [sys.executable, "-m", "big_vision_relu.train", "--config", config_path,
+       "--workdir", str(workdir), *extra], env=env, cwd=ROOT, **popen)
+
+
+def _run(config_path, workdir, *, devices, extra=(), timeout=300):
+  proc = _spawn(config_path, workdir, devices=devices, extra=extra, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True)
+  out, _ = proc.communicate(timeout=timeout)
+  assert proc.returncode == 0, out[-3000:]
+  return out
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_process(offline_data_dir, tmp_path):
+  """2 processes x 2 devices (jax.distributed + gloo on loopback) == 1 process x 4 devices."""
+  config = tiny_config(offline_data_dir, total_steps=4)
+  config.evals.test = dict(type="classification", data=dict(
+      name="mnist5k", split="test[:100]", data_dir=offline_data_dir),
+      pp_fn=config.input.pp, batch_size=24)  # 100 examples: padding on both hosts
+  path = _write_config(tmp_path, config)
+  single = _run(path, tmp_path / "single", devices=4)
+  port = _free_port()
+  procs = [_spawn(path, tmp_path / "multi", devices=2, stdout=subprocess.PIPE,
+                  stderr=subprocess.STDOUT, text=True,
+                  extra=("--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2",
+                         "--process_id", str(i))) for i in range(2)]
+  outs = [p.communicate(timeout=400)[0] for p in procs]
+  for p, out in zip(procs, outs):
+    assert p.returncode == 0, out[-3000:]
+  _, single_params = final_params(tmp_path / "single")
+  _, multi_params = final_params(tmp_path / "multi")
+  assert_trees_close(multi_params, single_params, atol=1e-5)
+  metrics = lambda d: [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines()]  # noqa
+  single_m, multi_m = metrics(tmp_path / "single"), metrics(tmp_path / "multi")
+  assert single_m[-1]["test/num_examples"] == multi_m[-1]["test/num_examples"] == 100
+  assert multi_m[-1]["test/prec@1"] == pytest.approx(single_m[-1]["test/prec@1"], abs=1e-6)
+  # Only process 0 printed the final metrics.
+  assert sum('"training_loss"' in out for out in outs) == 1
+
+
+@pytest.mark.slow
+def test_kill9_then_resume_is_bit_identical(offline_data_dir, tmp_path):
+  config = tiny_config(offline_data_dir, total_steps=40, ckpt_steps=5, log_training_steps=5)
+  path = _write_config(tmp_path, config)
+  _run(path, tmp_path / "uninterrupted", devices=1)
+  _, expected = final_params(tmp_path / "uninterrupted")
+
+  workdir = tmp_path / "killed"
+  proc = _spawn(path, workdir, devices=1, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL)
+  first = workdir / "checkpoints" / "5"
+  deadline = time.monotonic() + 240
+  while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  steps_at_kill = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir()
+                         if p.name.isdigit())
+  assert steps_at_kill and 40 not in steps_at_kill, steps_at_kill
+  _run(path, workdir, devices=1)
+  step, resumed = final_params(workdir)
+  assert step == 40
+  assert_trees_equal(resumed, expected)
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_exits_cleanly(offline_data_dir, tmp_path):
+  config = tiny_config(offline_data_dir, total_steps=400, ckpt_steps=1000,
+                       log_training_steps=1)
+  path = _write_config(tmp_path, config)
+  workdir = tmp_path / "run"
+  proc = _spawn(path, workdir, devices=1, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True)
+  jsonl = workdir / "metrics.jsonl"
+  deadline = time.monotonic() + 240
+  while time.monotonic() < deadline and proc.poll() is None and (
+      not jsonl.exists() or len(jsonl.read_text().splitlines()) < 3):
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGTERM)
+  out, _ = proc.communicate(timeout=120)
+  assert proc.returncode == 0, out[-3000:]
+  assert "Preemption notice (SIGTERM)" in out
+  step, _ = final_params(workdir)
+  assert 3 <= step < 400  # saved where it stopped, although no checkpoint was due
