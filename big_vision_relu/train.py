@@ -185,9 +185,11 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                                keep_last=config.get("keep_last_ckpts", 2),
                                keep_every_steps=config.get("keep_ckpt_steps"))
   # The shapes of the images come from the pp; one example of the stream gives them.
-  first = next(input_pipeline.training_batches(
+  probe = input_pipeline.training_batches(
       config.input.data, config.input.pp, batch_size, seed=config.seed, start_step=0,
-      process_index=jax.process_index(), process_count=jax.process_count(), prefetch=1))
+      process_index=jax.process_index(), process_count=jax.process_count(), prefetch=1)
+  first = next(probe)
+  probe.close()
   dummy_images = jnp.zeros((1, *first["image"].shape[1:]), jnp.float32)
 
   def init_params(rng):
@@ -255,39 +257,44 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     return bool(due)
 
   step = start_step
-  with _SigtermFlag() as sigterm:
-    for step in range(start_step + 1, steps["total"] + 1):
-      host_batch = next(batches)
-      batch = input_pipeline.make_global_batch(
-          {k: host_batch[k] for k in ("image", "labels")}, mesh, DATA_AXIS)
-      # The step's inputs are all device arrays: a stray numpy array or Python value reaching
-      # it would fail here instead of silently transferring (on a pod, serialising the step).
-      with jax.transfer_guard("disallow"):
-        state, metrics = update(state, batch)
-      log_now = step % steps["log"] == 0 or step in (steps["total"], start_step + 1)
-      if log_now:
-        _check_nonfinite(state, ckpt)
-        values = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        for name, schedule in schedules.items():
-          key = "lr" if len(schedules) == 1 else f"lr/{name}"
-          values[key] = float(config.lr * schedule(step - 1))
-        if step > start_step + 1:  # the first interval is mostly compilation
-          values.update(progress.measure(step))
-        writer.write_scalars(step, values)
-        logged.update(values)
-        logging.info("%s | loss %.4f", progress.line(step), values["training_loss"])
-      if run_evals(step) or log_now:
-        writer.flush()
-      preempted = (sigterm.event.is_set() if jax.process_count() == 1
-                   else ckpt.reached_preemption(step))
-      if preempted:
-        logging.warning("Preemption notice (SIGTERM) at step %d: saving and exiting.", step)
-        save(step, force=True)
-        break
-      save(step, force=step == steps["total"])
-  ckpt.wait_until_finished()
-  ckpt.close()
-  writer.close()
+  try:
+    with _SigtermFlag() as sigterm:
+      for step in range(start_step + 1, steps["total"] + 1):
+        host_batch = next(batches)
+        batch = input_pipeline.make_global_batch(
+            {k: host_batch[k] for k in ("image", "labels")}, mesh, DATA_AXIS)
+        # The step's inputs are all device arrays: a stray numpy array or Python value reaching
+        # it would fail here instead of silently transferring (on a pod, serialising the step).
+        with jax.transfer_guard("disallow"):
+          state, metrics = update(state, batch)
+        log_now = step % steps["log"] == 0 or step in (steps["total"], start_step + 1)
+        if log_now:
+          _check_nonfinite(state, ckpt)
+          values = {k: float(v) for k, v in jax.device_get(metrics).items()}
+          for name, schedule in schedules.items():
+            key = "lr" if len(schedules) == 1 else f"lr/{name}"
+            values[key] = float(config.lr * schedule(step - 1))
+          measured = progress.measure(step)
+          if step == start_step + 1:  # this interval is mostly compilation: no throughput
+            del measured["img/sec/core"]
+          values.update(measured)
+          writer.write_scalars(step, values)
+          logged.update(values)
+          logging.info("%s | loss %.4f", progress.line(step), values["training_loss"])
+        if run_evals(step) or log_now:
+          writer.flush()
+        preempted = (sigterm.event.is_set() if jax.process_count() == 1
+                     else ckpt.reached_preemption(step))
+        if preempted:
+          logging.warning("Preemption notice (SIGTERM) at step %d: saving and exiting.", step)
+          save(step, force=True)
+          break
+        save(step, force=step == steps["total"])
+  finally:
+    batches.close()
+    ckpt.wait_until_finished()  # a save in flight completes even when training failed
+    ckpt.close()
+    writer.close()
   logged["step"] = step
   return logged
 

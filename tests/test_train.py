@@ -46,9 +46,15 @@ def final_params(workdir) -> dict:
   """The params of the newest checkpoint, read with orbax directly (no target tree)."""
   directory = pathlib.Path(workdir) / "checkpoints"
   step = max(int(p.name) for p in directory.iterdir() if p.name.isdigit())
-  with ocp.CheckpointManager(directory, item_names=("state", "extra")) as manager:
-    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
-  return step, jax.tree.map(np.asarray, restored.state["params"])
+  # On this process's first device, whatever topology wrote it.
+  with ocp.StandardCheckpointer() as checkpointer:
+    path = (directory / str(step) / "state").absolute()
+    metadata = checkpointer.metadata(path).item_metadata
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                          metadata)
+    state = checkpointer.restore(path, target)
+  return step, jax.tree.map(np.asarray, state["params"])
 
 
 def assert_trees_close(a, b, atol):

@@ -57,6 +57,8 @@ Global arrays (`make_global_batch`)
 Host batches become `jax.Array`s sharded on the leading (batch) axis over the mesh's data
 axis, via `jax.make_array_from_process_local_data`.
 """
+import atexit
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import jax
@@ -71,6 +73,36 @@ MASK_KEY = "_mask"
 # Stream tags folded into the user's seed, so the shuffle and the augmentation use unrelated
 # random numbers.
 _SHUFFLE_STREAM, _AUGMENT_STREAM = 0, 1
+
+
+class Batches:
+  """Numpy batches of a tf.data pipeline, shut down before the interpreter exits.
+
+  The pipelines read records through a Python callback (`tf.numpy_function`). A tf.data
+  iterator destroyed during interpreter finalisation waits for its in-flight callbacks, which
+  can no longer take the GIL: the process hangs at exit. So every open `Batches` is closed by
+  an atexit hook (which runs before finalisation), and callers may `close()` earlier.
+  """
+
+  def __init__(self, ds: tf.data.Dataset):
+    self._iterator = ds.as_numpy_iterator()
+    _OPEN_BATCHES.add(self)
+
+  def __iter__(self) -> "Batches":
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    if self._iterator is None:
+      raise StopIteration
+    return next(self._iterator)
+
+  def close(self) -> None:
+    """Destroys the tf.data iterator now (idempotent)."""
+    self._iterator = None
+
+
+_OPEN_BATCHES: "weakref.WeakSet[Batches]" = weakref.WeakSet()
+atexit.register(lambda: [batches.close() for batches in list(_OPEN_BATCHES)])
 
 
 def host_batch_size(global_batch_size: int, process_count: int) -> int:
@@ -119,7 +151,7 @@ def _fetch(source: Sequence[bytes], records: tf.Tensor) -> tf.Tensor:
 
 def training_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *, seed: int,
                      start_step: int = 0, process_index: int, process_count: int,
-                     prefetch: int = 2) -> Iterator[dict[str, np.ndarray]]:
+                     prefetch: int = 2) -> Batches:
   """Endless host-local training batches, starting at `start_step` (see the module docstring).
 
   Args:
@@ -163,7 +195,7 @@ def training_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *
   ds = ds.batch(host_batch).map(lambda records, rngs: (_fetch(source, records), rngs))
   ds = ds.prefetch(1).unbatch().map(process, num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(host_batch, drop_remainder=True).prefetch(prefetch)
-  return ds.as_numpy_iterator()
+  return Batches(ds)
 
 
 def _eval_share(num_examples: int, process_index: int, process_count: int) -> tuple[int, int]:
@@ -182,7 +214,7 @@ def num_eval_steps(num_examples: int, global_batch_size: int, process_count: int
 
 def eval_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *,
                  process_index: int, process_count: int,
-                 prefetch: int = 2) -> Iterator[dict[str, np.ndarray]]:
+                 prefetch: int = 2) -> Batches:
   """One pass over this process's share of the split, padded to `num_eval_steps` batches.
 
   Args:
@@ -216,7 +248,7 @@ def eval_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *,
       ).repeat(num_padding))
   real = real.map(lambda example: {**example, MASK_KEY: True})
   ds = real.concatenate(padding).batch(host_batch, drop_remainder=True).prefetch(prefetch)
-  return ds.as_numpy_iterator()
+  return Batches(ds)
 
 
 def make_global_batch(host_batch: Mapping[str, np.ndarray], mesh: jax.sharding.Mesh,
