@@ -142,3 +142,18 @@ def validate_train_config(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f"Unknown loss {config.loss!r}; valid: {', '.join(LOSSES)}.")
   if config.get("model_name", "vit") != "vit":
     raise ValueError(f"Unknown model_name {config.model_name!r}; valid: vit.")
+
+
+# The paper's 8 few-shot transfer datasets (10-shot linear probe, 3 seeds), for the `fewshot`
+# evaluator: short name -> (TFDS name, train split, test split). Splits follow big_vision's
+# public configs (uc_merced, colorectal_histology have only a train split).
+FEWSHOT_8 = {
+    "birds": ("caltech_birds2011", "train", "test"),
+    "caltech": ("caltech101", "train", "test"),
+    "cars": ("cars196", "train", "test"),
+    "cifar100": ("cifar100", "train", "test"),
+    "dtd": ("dtd", "train", "test"),
+    "colhist": ("colorectal_histology", "train[:2000]", "train[2000:]"),
+    "pets": ("oxford_iiit_pet", "train", "test"),
+    "uc_merced": ("uc_merced", "train[:1000]", "train[1000:]"),
+}

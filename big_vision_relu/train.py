@@ -12,6 +12,7 @@ The workdir gets config.json, checkpoints/ (orbax), metrics.jsonl and TensorBoar
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging as std_logging
 import os
@@ -27,7 +28,6 @@ import big_vision_relu  # noqa: F401  (quiets TensorFlow before it is imported)
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 from etils import epath
 
@@ -133,10 +133,9 @@ def make_update_fn(model: vit._Model, tx: optax.GradientTransformation,  # noqa:
   return update
 
 
-def _resolve_durations(config: ml_collections.ConfigDict, ntrain: int) -> dict[str, int]:
-  batch_size = config.input.batch_size
-  steps_per_epoch = ntrain / batch_size
-  kw = dict(steps_per_epoch=steps_per_epoch, batch_size=batch_size)
+def _resolve_durations(config: ml_collections.ConfigDict,
+                       steps_per_epoch: float) -> dict[str, int]:
+  kw = dict(steps_per_epoch=steps_per_epoch, batch_size=config.input.batch_size)
   total = cfg_lib.get_steps(config, "total", total_steps=None, required=True, **kw)
   log = cfg_lib.get_steps(config, "log_training", total_steps=total, **kw) or 50
   ckpt = cfg_lib.get_steps(config, "ckpt", total_steps=total, **kw) or total
@@ -153,12 +152,23 @@ def _check_nonfinite(state: Mapping[str, Any], ckpt: ckpt_lib.Checkpointer) -> N
         "touched. Lower config.lr, enable grad_clip_norm or qk_norm, or check the data.")
 
 
-def train(config: ml_collections.ConfigDict, workdir: str,
-          devices: Sequence[jax.Device] | None = None) -> dict[str, float]:
-  """Runs (or resumes) training; returns the last logged metrics (train and evals).
+@dataclasses.dataclass
+class Setup:
+  """Everything a run derives from its config before touching a checkpoint."""
+  model: vit._Model  # noqa: SLF001
+  mesh: jax.sharding.Mesh
+  steps: dict[str, int]  # total, log, ckpt
+  steps_per_epoch: float
+  tx: optax.GradientTransformation
+  schedules: dict[str, Callable[[int], jax.Array]]
+  init_state: Callable[[jax.Array], dict[str, Any]]  # rng -> state
+  state_shardings: Any
+  target: Any  # abstract state with shardings: what checkpoints restore into
 
-  `devices` (default: all) are the devices of the mesh, e.g. one device of a host with eight.
-  """
+
+def setup(config: ml_collections.ConfigDict,
+          devices: Sequence[jax.Device] | None = None) -> Setup:
+  """Validates `config` and builds the model, mesh, optimizer and (abstract) state."""
   cfg_lib.validate_train_config(config)
   mesh = sharding.make_mesh(config.get("mesh", [(DATA_AXIS, -1)]), devices)
   if DATA_AXIS not in mesh.shape:
@@ -169,28 +179,15 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                      f"mesh axis ({mesh.shape[DATA_AXIS]} devices); pick a multiple.")
   input_pipeline.host_batch_size(batch_size, jax.process_count())
   model = make_model(config)
-  ntrain = datasets.num_examples(config.input.data)
-  steps = _resolve_durations(config, ntrain)
-  evals = evaluators.from_config(config.get("evals", {}), model=model, mesh=mesh,
-                                 data_axis=DATA_AXIS, total_steps=steps["total"],
-                                 steps_per_epoch=ntrain / batch_size, train_batch_size=batch_size,
-                                 default_loss=config.get("loss", "sigmoid_xent"))
+  steps_per_epoch = datasets.num_examples(config.input.data) / batch_size
+  steps = _resolve_durations(config, steps_per_epoch)
 
-  workdir_path = epath.Path(workdir)
-  if jax.process_index() == 0:
-    workdir_path.mkdir(parents=True, exist_ok=True)
-    (workdir_path / "config.json").write_text(config.to_json_best_effort(indent=2))
-
-  ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints", save_interval_steps=steps["ckpt"],
-                               keep_last=config.get("keep_last_ckpts", 2),
-                               keep_every_steps=config.get("keep_ckpt_steps"))
   # The shapes of the images come from the pp; one example of the stream gives them.
   probe = input_pipeline.training_batches(
       config.input.data, config.input.pp, batch_size, seed=config.seed, start_step=0,
       process_index=jax.process_index(), process_count=jax.process_count(), prefetch=1)
-  first = next(probe)
+  dummy_images = jnp.zeros((1, *next(probe)["image"].shape[1:]), jnp.float32)
   probe.close()
-  dummy_images = jnp.zeros((1, *first["image"].shape[1:]), jnp.float32)
 
   def init_params(rng):
     params = model.init(rng, dummy_images)["params"]
@@ -212,14 +209,46 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   state_shardings = sharding.tree_shardings(abstract_state, strategy, mesh)
   target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                         abstract_state, state_shardings)
+  return Setup(model=model, mesh=mesh, steps=steps, steps_per_epoch=steps_per_epoch, tx=tx,
+               schedules=schedules, init_state=init_state, state_shardings=state_shardings,
+               target=target)
 
-  restored = ckpt.restore_latest(target)
+
+def make_evaluators(config: ml_collections.ConfigDict, run: Setup) -> list:
+  return evaluators.from_config(
+      config.get("evals", {}), model=run.model, mesh=run.mesh, data_axis=DATA_AXIS,
+      total_steps=run.steps["total"], steps_per_epoch=run.steps_per_epoch,
+      train_batch_size=config.input.batch_size,
+      default_loss=config.get("loss", "sigmoid_xent"))
+
+
+def train(config: ml_collections.ConfigDict, workdir: str,
+          devices: Sequence[jax.Device] | None = None) -> dict[str, float]:
+  """Runs (or resumes) training; returns the last logged metrics (train and evals).
+
+  `devices` (default: all) are the devices of the mesh, e.g. one device of a host with eight.
+  """
+  run = setup(config, devices)
+  mesh, steps, schedules, state_shardings = (run.mesh, run.steps, run.schedules,
+                                             run.state_shardings)
+  batch_size = config.input.batch_size
+  evals = make_evaluators(config, run)
+
+  workdir_path = epath.Path(workdir)
+  if jax.process_index() == 0:
+    workdir_path.mkdir(parents=True, exist_ok=True)
+    (workdir_path / "config.json").write_text(config.to_json_best_effort(indent=2))
+  ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints", save_interval_steps=steps["ckpt"],
+                               keep_last=config.get("keep_last_ckpts", 2),
+                               keep_every_steps=config.get("keep_ckpt_steps"))
+
+  restored = ckpt.restore_latest(run.target)
   if restored is not None:
     state, start_step = restored.state, restored.step
     core_hours = float(restored.extra["core_hours"])
     logging.info("Resumed from step %d in %s", start_step, ckpt.directory)
   else:
-    state = jax.jit(init_state, out_shardings=state_shardings)(
+    state = jax.jit(run.init_state, out_shardings=state_shardings)(
         jax.random.PRNGKey(config.seed))
     start_step, core_hours = 0, 0.0
     if config.get("model_init"):
@@ -227,7 +256,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                         dont_load=config.get("model_load", {}).get("dont_load", ()))
       state["params"] = jax.device_put(params, state_shardings["params"])
 
-  update = jax.jit(make_update_fn(model, tx, config),
+  update = jax.jit(make_update_fn(run.model, run.tx, config),
                    in_shardings=(state_shardings, None), out_shardings=(state_shardings, None),
                    donate_argnums=(0,))
   batches = input_pipeline.training_batches(

@@ -211,7 +211,7 @@ def test_two_processes_equal_one_process(offline_data_dir, tmp_path):
       name="mnist5k", split="test[:100]", data_dir=offline_data_dir),
       pp_fn=config.input.pp, batch_size=24)  # 100 examples: padding on both hosts
   path = _write_config(tmp_path, config)
-  single = _run(path, tmp_path / "single", devices=4)
+  _run(path, tmp_path / "single", devices=4)
   port = _free_port()
   procs = [_spawn(path, tmp_path / "multi", devices=2, stdout=subprocess.PIPE,
                   stderr=subprocess.STDOUT, text=True,

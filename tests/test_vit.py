@@ -4,7 +4,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow as tf
-from flax import traverse_util
 
 from big_vision_relu.models import vit
 

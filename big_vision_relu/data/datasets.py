@@ -13,6 +13,7 @@ import os
 import tensorflow_datasets as tfds
 
 from big_vision_relu.data import builders
+from big_vision_relu.data import imagenet21k  # noqa: F401  (registers the builder)
 
 # The pipelines read records by number, which TFDS supports for this format only.
 RANDOM_ACCESS_FORMAT = tfds.core.file_adapters.FileFormat.ARRAY_RECORD

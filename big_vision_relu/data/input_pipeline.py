@@ -59,7 +59,7 @@ axis, via `jax.make_array_from_process_local_data`.
 """
 import atexit
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -70,6 +70,9 @@ from big_vision_relu.data import datasets
 from big_vision_relu.data import pp as pp_lib
 
 MASK_KEY = "_mask"
+# Eval examples carry their record number in the split (-1 for padding), so results gathered
+# from any number of hosts can be put back in the split's order.
+RECORD_KEY = "_record"
 # Stream tags folded into the user's seed, so the shuffle and the augmentation use unrelated
 # random numbers.
 _SHUFFLE_STREAM, _AUGMENT_STREAM = 0, 1
@@ -224,7 +227,8 @@ def eval_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *,
 
   Yields:
     dicts of numpy arrays with leading dim global_batch_size / process_count: the pp output
-    keys, plus `_mask` (bool): True for real examples, False for zero padding.
+    keys, plus `_mask` (bool): True for real examples, False for zero padding, and `_record`
+    (int32): the example's record number in the split, -1 for padding.
   """
   _check_process(process_index, process_count)
   host_batch = host_batch_size(global_batch_size, process_count)
@@ -235,16 +239,17 @@ def eval_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *,
                  - (stop - start))
 
   def read(records: tf.data.Dataset) -> tf.data.Dataset:
-    ds = records.batch(host_batch).map(lambda r: _fetch(source, r)).prefetch(1)
-    return ds.unbatch().map(lambda s: preprocess(deserialize(s)),
-                            num_parallel_calls=tf.data.AUTOTUNE)
+    ds = records.batch(host_batch).map(lambda r: (r, _fetch(source, r))).prefetch(1)
+    return ds.unbatch().map(
+        lambda r, s: {**preprocess(deserialize(s)), RECORD_KEY: tf.cast(r, tf.int32)},
+        num_parallel_calls=tf.data.AUTOTUNE)
 
   real = read(tf.data.Dataset.range(start, stop))
   # Padding copies the shapes of the split's first example (known also to processes whose
   # share is empty), zeroed; one extra read per pass, and no need for static pp shapes.
   padding = read(tf.data.Dataset.range(1)).flat_map(
       lambda example: tf.data.Dataset.from_tensors(
-          {**tf.nest.map_structure(tf.zeros_like, example), MASK_KEY: False}
+          {**tf.nest.map_structure(tf.zeros_like, example), MASK_KEY: False, RECORD_KEY: -1}
       ).repeat(num_padding))
   real = real.map(lambda example: {**example, MASK_KEY: True})
   ds = real.concatenate(padding).batch(host_batch, drop_remainder=True).prefetch(prefetch)

@@ -24,6 +24,7 @@ import optax
 from big_vision_relu.data import datasets
 from big_vision_relu.data import input_pipeline
 from big_vision_relu.data import label_maps
+from big_vision_relu.evaluators import common
 
 LABEL_MAPS: dict[str, Callable[[], np.ndarray]] = {
     "i21k_to_i1k": label_maps.i21k_to_i1k_indices,
@@ -101,10 +102,8 @@ class ClassificationEvaluator:
   def run(self, params: Any) -> dict[str, float]:
     """Returns {'prec@1': ..., 'loss': ..., 'num_examples': ...} over the whole split."""
     totals = None
-    for host_batch in input_pipeline.eval_batches(
-        self.data, self.pp, self.batch_size, process_index=jax.process_index(),
-        process_count=jax.process_count()):
-      batch = input_pipeline.make_global_batch(host_batch, self.mesh, self.data_axis)
+    for batch in common.global_eval_batches(self.data, self.pp, self.batch_size,
+                                            mesh=self.mesh, data_axis=self.data_axis):
       sums = self._sums(params, batch)
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     totals = jax.device_get(totals)

@@ -14,10 +14,14 @@ import jax
 
 from big_vision_relu import config as cfg_lib
 from big_vision_relu.evaluators.classification import ClassificationEvaluator
+from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator
 
 EVALUATORS: dict[str, type] = {
     "classification": ClassificationEvaluator,
+    "fewshot": FewShotEvaluator,
 }
+# The model output each evaluator reads unless its config sets `pred`.
+DEFAULT_PRED = {"classification": "logits", "fewshot": "pre_logits"}
 
 
 class ScheduledEvaluator:
@@ -54,7 +58,7 @@ def from_config(evals: Mapping[str, Any], *, model: Any, mesh: jax.sharding.Mesh
     cfg_lib.check_keys(f"evals.{name}", cfg, (*cls.CONFIG_KEYS, *cfg_lib.duration_keys("log")))
     every = cfg_lib.get_steps(cfg, "log", total_steps=total_steps,
                               steps_per_epoch=steps_per_epoch, batch_size=train_batch_size)
-    predict = make_predict_fn(model, cfg.get("pred", "logits"))
+    predict = make_predict_fn(model, cfg.get("pred", DEFAULT_PRED[kind]))
     evaluator = cls(cfg, predict, mesh=mesh, data_axis=data_axis, default_loss=default_loss)
     result.append(ScheduledEvaluator(name, evaluator, every, total_steps))
   return result

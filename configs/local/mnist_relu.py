@@ -54,4 +54,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       batch_size=256 if not arg.runlocal else 16,
       log_percent=0.25,
   )
+  # Few-shot transfer to scikit-learn's 8x8 digits (upsampled to MNIST's 28x28): the local
+  # stand-in for the paper's "10-shot linear transfer" (closed-form ridge on pre_logits).
+  digits_pp = 'decode(channels=1)|resize(28)|value_range(-1, 1)|keep("image", "label")'
+  config.evals.fewshot = dict(
+      type="fewshot",
+      datasets={"digits": ("digits", "train", "test")},
+      pp_train=digits_pp, pp_eval=digits_pp,
+      shots=(10,), seeds=(0, 1, 2),
+      batch_size=256 if not arg.runlocal else 16,
+      log_percent=0.5,
+  )
   return config

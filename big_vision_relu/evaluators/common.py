@@ -1,0 +1,26 @@
+"""What every evaluator does: iterate an eval split as global (sharded) batches."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import jax
+
+from big_vision_relu.data import input_pipeline
+
+
+def global_eval_batches(data: Mapping[str, str], pp: str, batch_size: int, *,
+                        mesh: jax.sharding.Mesh, data_axis: str | tuple[str, ...]
+                        ) -> Iterator[dict[str, jax.Array]]:
+  """One pass over `data` as global batches `[batch_size, ...]` sharded over `data_axis`.
+
+  Every process yields the same number of batches (the last ones padded; `_mask` False), each
+  process contributing its share of the split (see `input_pipeline.eval_batches`).
+  """
+  batches = input_pipeline.eval_batches(data, pp, batch_size,
+                                        process_index=jax.process_index(),
+                                        process_count=jax.process_count())
+  try:
+    for host_batch in batches:
+      yield input_pipeline.make_global_batch(host_batch, mesh, data_axis)
+  finally:
+    batches.close()

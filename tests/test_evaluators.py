@@ -1,0 +1,137 @@
+"""Evaluators: hand-computed classification sums, padding and sharding, the few-shot evaluator
+against the probe on directly-read arrays, the i21k->i1k restriction, and the evaluate CLI."""
+import json
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from big_vision_relu import sharding
+from big_vision_relu import train as train_lib
+from big_vision_relu.data import label_maps
+from big_vision_relu.evaluators import classification, fewshot
+from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator
+
+from conftest import ROOT
+from test_train import tiny_config
+
+MESH8 = sharding.make_mesh([("data", -1)])
+
+
+def test_batch_sums_hand_computed():
+  logits = jnp.array([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [1.0, 0.0, 5.0], [9.0, 0.0, 0.0]])
+  labels = jnp.array([[1.0, 0.0, 0.0],   # argmax 0: correct
+                      [1.0, 0.0, 1.0],   # multi-hot {0, 2}, argmax 1: wrong
+                      [0.0, 1.0, 1.0],   # multi-hot {1, 2}, argmax 2: correct
+                      [0.0, 1.0, 0.0]])  # padding: ignored
+  mask = jnp.array([True, True, True, False])
+  sums = classification.batch_sums(logits, labels, mask, loss_name="sigmoid_xent")
+  assert float(sums["correct"]) == 2.0 and float(sums["count"]) == 3.0
+  x, y = np.asarray(logits[:3], np.float64), np.asarray(labels[:3])
+  sigmoid_xent = -(y * np.log(1 / (1 + np.exp(-x))) + (1 - y) * np.log(1 - 1 / (1 + np.exp(-x))))
+  np.testing.assert_allclose(float(sums["loss"]), sigmoid_xent.sum(), rtol=1e-6)
+  sums = classification.batch_sums(logits, labels, mask, loss_name="softmax_xent")
+  log_softmax = x - np.log(np.exp(x).sum(-1, keepdims=True))
+  expected = -(y / y.sum(-1, keepdims=True) * log_softmax).sum()
+  np.testing.assert_allclose(float(sums["loss"]), expected, rtol=1e-6)
+
+
+def test_label_map_restricts_the_argmax_to_imagenet1k_classes():
+  indices = label_maps.i21k_to_i1k_indices()
+  assert indices[850] == -1  # teddy bear: no ImageNet-21k class
+  i1k = set(indices[indices >= 0].tolist())
+  outside = next(i for i in range(21843) if i not in i1k)
+  logits = np.zeros((2, 21843), np.float32)
+  logits[:, outside] = 100.0          # the unrestricted argmax is not an i1k class
+  logits[0, indices[7]] = 5.0         # example 0: i1k class 7 is the best i1k class
+  logits[1, indices[3]] = 5.0
+  logits[1, 21842] = 50.0             # what a raw gather with -1 would pick for class 850
+  labels = np.zeros((2, 1000), np.float32)
+  labels[0, 7] = 1.0
+  labels[1, 850] = 1.0                # a teddy bear: can never be predicted
+  sums = classification.batch_sums(jnp.asarray(logits), jnp.asarray(labels),
+                                    jnp.array([True, True]), loss_name="softmax_xent",
+                                    label_map=indices)
+  assert float(sums["correct"]) == 1.0
+  assert np.isfinite(float(sums["loss"]))
+
+
+def _digits_arrays(data_dir, split):
+  """The split read with plain TFDS, in record order: (images [n, 8, 8, 1] float, labels)."""
+  ds = tfds.data_source("digits", split=split, data_dir=data_dir)
+  examples = [ds[i] for i in range(len(ds))]
+  images = np.stack([e["image"] for e in examples]).astype(np.float32) / 127.5 - 1.0
+  return images, np.array([e["label"] for e in examples])
+
+
+def test_classification_evaluator_on_8_devices_with_padding(offline_data_dir):
+  weights = jax.random.normal(jax.random.PRNGKey(0), (64, 10))
+  predict = lambda params, images: images.reshape(images.shape[0], -1) @ params  # noqa: E731
+  config = dict(type="classification", data=dict(name="digits", split="test",
+                                                 data_dir=offline_data_dir),
+                pp_fn='decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
+                batch_size=48)  # 359 examples: 8 batches, the last padded
+  evaluator = classification.ClassificationEvaluator(config, predict, mesh=MESH8,
+                                                     default_loss="softmax_xent")
+  result = evaluator.run(weights)
+  images, labels = _digits_arrays(offline_data_dir, "test")
+  logits = images.reshape(len(images), -1) @ np.asarray(weights, np.float64)
+  assert result["num_examples"] == 359
+  np.testing.assert_allclose(result["prec@1"], np.mean(logits.argmax(-1) == labels), atol=1e-9)
+  log_softmax = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1,
+                                keepdims=True)) - logits.max(-1, keepdims=True)
+  np.testing.assert_allclose(result["loss"], -log_softmax[np.arange(359), labels].mean(),
+                             rtol=1e-4)
+
+
+def test_fewshot_evaluator_equals_the_probe_on_directly_read_features(offline_data_dir):
+  pp = 'decode(channels=1)|value_range(-1, 1)|keep("image", "label")'
+  config = dict(type="fewshot", datasets={"digits": ("digits", "train", "test")},
+                data_dir=offline_data_dir, pp_train=pp, pp_eval=pp, shots=(5, 10),
+                seeds=(0, 1), batch_size=40)
+  predict = lambda params, images: images.reshape(images.shape[0], -1) * params  # noqa: E731
+  evaluator = FewShotEvaluator(config, predict, mesh=MESH8)
+  result = evaluator.run(jnp.float32(2.0))
+  x_train, y_train = _digits_arrays(offline_data_dir, "train")
+  x_test, y_test = _digits_arrays(offline_data_dir, "test")
+  expected = fewshot.fewshot_results(2.0 * x_train.reshape(len(x_train), -1), y_train,
+                                     2.0 * x_test.reshape(len(x_test), -1), y_test,
+                                     name="digits", num_classes=10, shots=(5, 10), seeds=(0, 1))
+  expected.update(fewshot.fewshot_average(expected, ["digits"], shots=(5, 10)))
+  assert set(result) == set(expected)
+  for key, value in expected.items():
+    assert result[key] == pytest.approx(value, abs=1e-6), key
+  assert result["10shot_avg"] == result["digits_10shot"] > 0.5
+
+
+def test_missing_fewshot_dataset_fails_at_construction(offline_data_dir):
+  config = dict(type="fewshot", datasets={"cifar": ("cifar100", "train", "test")},
+                data_dir=offline_data_dir, pp_train="decode", pp_eval="decode", batch_size=8)
+  with pytest.raises(FileNotFoundError, match="tfds build cifar100"):
+    FewShotEvaluator(config, lambda p, x: x, mesh=MESH8)
+
+
+def test_evaluate_cli_on_a_trained_workdir(offline_data_dir, tmp_path):
+  config = tiny_config(offline_data_dir, total_steps=2)
+  config.evals = ml_collections.ConfigDict({"test": dict(
+      type="classification", data=dict(name="mnist5k", split="test[:40]",
+                                       data_dir=offline_data_dir),
+      pp_fn=config.input.pp, batch_size=16)})
+  logged = train_lib.train(config, str(tmp_path / "run"))
+  out = subprocess.run(
+      [sys.executable, "-m", "big_vision_relu.evaluate", "--workdir", str(tmp_path / "run"),
+       "--write"], capture_output=True, text=True, cwd=ROOT, timeout=300,
+      env={**__import__("os").environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
+  assert out.returncode == 0, out.stderr[-3000:]
+  result = json.loads(out.stdout[out.stdout.index("{"):])
+  assert result["step"] == 2
+  assert result["test/num_examples"] == 40
+  assert result["test/prec@1"] == pytest.approx(logged["test/prec@1"], abs=1e-6)
+  assert result["test/loss"] == pytest.approx(logged["test/loss"], rel=1e-5)
+  last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+  assert last["step"] == 2 and last["test/prec@1"] == result["test/prec@1"]
