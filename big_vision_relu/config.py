@@ -23,7 +23,9 @@ TRAIN_KEYS = {
     "keep_ckpt_steps", "keep_last_ckpts", "mesh", "sharding_strategy", "sharding_rules",
     "model_init", "model_load", "evals", "runlocal", "attention_stats",
 }
-INPUT_KEYS = {"data", "batch_size", "pp", "shuffle_buffer_size", "cache_raw", "prefetch"}
+# big_vision's shuffle_buffer_size and cache_raw have no meaning here: the pipeline shuffles
+# globally by record index (data/input_pipeline.py), so setting them is an error, not a no-op.
+INPUT_KEYS = {"data", "batch_size", "pp", "prefetch"}
 DATA_KEYS = {"name", "split", "data_dir"}
 LOSSES = ("sigmoid_xent", "softmax_xent")
 
@@ -143,17 +145,3 @@ def validate_train_config(config: ml_collections.ConfigDict) -> None:
   if config.get("model_name", "vit") != "vit":
     raise ValueError(f"Unknown model_name {config.model_name!r}; valid: vit.")
 
-
-# The paper's 8 few-shot transfer datasets (10-shot linear probe, 3 seeds), for the `fewshot`
-# evaluator: short name -> (TFDS name, train split, test split). Splits follow big_vision's
-# public configs (uc_merced, colorectal_histology have only a train split).
-FEWSHOT_8 = {
-    "birds": ("caltech_birds2011", "train", "test"),
-    "caltech": ("caltech101", "train", "test"),
-    "cars": ("cars196", "train", "test"),
-    "cifar100": ("cifar100", "train", "test"),
-    "dtd": ("dtd", "train", "test"),
-    "colhist": ("colorectal_histology", "train[:2000]", "train[2000:]"),
-    "pets": ("oxford_iiit_pet", "train", "test"),
-    "uc_merced": ("uc_merced", "train[:1000]", "train[1000:]"),
-}

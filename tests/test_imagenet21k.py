@@ -141,7 +141,7 @@ def test_examples_labels_and_kept_jpeg_bytes(built):
     assert label == WNIDS.index(name.split("/")[0]), name
     if name not in REENCODED:  # Normal and grayscale JPEGs: the original bytes.
       assert image == files[name], name
-  gray = dict((n, i) for i, _, n in examples)[GRAY]
+  gray = {n: i for i, _, n in examples}[GRAY]
   assert tf.io.decode_jpeg(gray, channels=3).shape == (9, 9, 3)
 
 

@@ -29,7 +29,14 @@ def resolve_data_dir(data_dir: str | None = None) -> str:
   return os.fspath(data_dir) if data_dir else tfds.core.constants.get_default_data_dir()
 
 
+# Builders defined in this package: `tfds build` would not find them, their module builds them.
+_OWN_BUILD_COMMANDS = {"imagenet21k": "python -m big_vision_relu.data.imagenet21k"}
+
+
 def _build_command(name: str, data_dir: str) -> str:
+  base_name = name.split("/")[0].split(":")[0]
+  if base_name in _OWN_BUILD_COMMANDS:
+    return f"{_OWN_BUILD_COMMANDS[base_name]} --data_dir={data_dir}"
   return f"tfds build {name} --data_dir={data_dir} --file_format={RANDOM_ACCESS_FORMAT.value}"
 
 

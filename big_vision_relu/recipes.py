@@ -1,0 +1,73 @@
+"""Pieces shared by the configs in configs/: the paper's datasets, pp strings, evaluators, and
+the `runlocal` shrink. (Config files are loaded by path, so they share code through here.)"""
+from __future__ import annotations
+
+import ml_collections
+
+
+# The paper's 8 few-shot transfer datasets (10-shot linear probe, 3 seeds), for the `fewshot`
+# evaluator: short name -> (TFDS name, train split, test split). Splits follow big_vision's
+# public configs (uc_merced, colorectal_histology have only a train split).
+FEWSHOT_8 = {
+    "birds": ("caltech_birds2011", "train", "test"),
+    "caltech": ("caltech101", "train", "test"),
+    "cars": ("cars196", "train", "test"),
+    "cifar100": ("cifar100", "train", "test"),
+    "dtd": ("dtd", "train", "test"),
+    "colhist": ("colorectal_histology", "train[:2000]", "train[2000:]"),
+    "pets": ("oxford_iiit_pet", "train", "test"),
+    "uc_merced": ("uc_merced", "train[:1000]", "train[1000:]"),
+}
+
+# variant -> (randaug magnitude or None, mixup p or None), from big_vision's vit_i21k.py.
+I21K_AUGMENTATION = {
+    "S/32": (None, None), "S/16": (0, None), "B/32": (10, 0.2), "B/16": (10, 0.2),
+    "L/16": (15, 0.5),
+    "S/8": (10, 0.2),  # ours: the paper does not say
+}
+I21K_NUM_CLASSES = 21843
+
+
+def i21k_train_pp(variant: str, num_classes: int, size: int = 224) -> str:
+  """Inception crop + flip (+ RandAugment by model size) as in the i21k recipe."""
+  randaug, _ = I21K_AUGMENTATION.get(variant, (None, None))
+  return (f"decode_jpeg_and_inception_crop({size})|flip_lr|"
+          + (f"randaug(2, {randaug})|" if randaug is not None else "")
+          + f'value_range(-1, 1)|onehot({num_classes})|keep("image", "labels")')
+
+
+def eval_pp(num_classes: int, size: int = 224) -> str:
+  """resize_small(256) + central_crop(224), the recipes' eval preprocessing."""
+  return (f"decode|resize_small({size * 8 // 7})|central_crop({size})|value_range(-1, 1)|"
+          f'onehot({num_classes})|keep("image", "labels")')
+
+
+def fewshot_eval(datasets: dict, size: int, batch_size: int, log_steps: int,
+                 data_dir: str | None = None, channels: int = 3) -> dict:
+  """The 10-shot, 3-seed linear probe on `datasets` ({name: (tfds, train, test)})."""
+  pp = (f'decode(channels={channels})|resize({size})|value_range(-1, 1)|'
+        'keep("image", "label")')
+  return dict(type="fewshot", datasets=datasets, data_dir=data_dir, pp_train=pp, pp_eval=pp,
+              shots=(10,), seeds=(0, 1, 2), batch_size=batch_size, log_steps=log_steps)
+
+
+def local_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`runlocal`: the same recipe shrunk to the offline datasets (mnist5k, digits): minutes."""
+  config.total_epochs = None
+  config.total_steps = 20
+  config.input.data = dict(name="mnist5k", split="train")
+  config.input.batch_size = 32
+  config.input.pp = ('decode(channels=1)|value_range(-1, 1)|onehot(10)|'
+                     'keep("image", "labels")')
+  config.num_classes = 10
+  config.model.variant = "mu/7"
+  config.schedule.warmup_steps = 5
+  config.log_training_steps = 5
+  config.ckpt_steps = 10
+  config.evals = ml_collections.ConfigDict({
+      "test": dict(type="classification", data=dict(name="mnist5k", split="test[:256]"),
+                   pp_fn=config.input.pp, batch_size=64, log_steps=10),
+      "fewshot": fewshot_eval({"digits": ("digits", "train", "test")}, size=28, batch_size=64,
+                              log_steps=20, channels=1),
+  })
+  return config

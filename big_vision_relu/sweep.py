@@ -1,0 +1,102 @@
+r"""Sweeps: a figure's list of runs, each a config with arguments, under a stable id.
+
+A sweep file (configs/paper/fig*.py) defines `get_sweep() -> list[Run]`. A run's id is made from
+its config and arguments only, so it never changes when runs are added or reordered, and it
+names the run's workdir: `<workdir_root>/<sweep name>/<run id>`.
+
+    python -m big_vision_relu.sweep configs/paper/fig2.py --list
+    python -m big_vision_relu.sweep configs/paper/fig2.py --run i21k-S16-relu-a1-qkln --workdir_root DIR
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from absl import app, flags
+
+
+def _short(key: str, value: Any) -> str:
+  if isinstance(value, bool):
+    return key if value else f"no{key}"
+  if key == "variant":
+    return str(value).replace("/", "")
+  if key == "alpha":
+    return f"a{value:g}"
+  return str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One run of a sweep: `config` (a path relative to the repository) with `args`."""
+  config: str
+  args: Mapping[str, Any]
+
+  @property
+  def config_arg(self) -> str:
+    """The value of --config: 'configs/vit_i21k.py:variant=S/16,attention=relu,...'."""
+    return self.config + ":" + ",".join(f"{k}={v}" for k, v in self.args.items())
+
+  @property
+  def run_id(self) -> str:
+    """e.g. 'i21k-S16-relu-a1-qk_norm-nogated' for vit_i21k.py with those args."""
+    stem = pathlib.Path(self.config).stem.removeprefix("vit_")
+    return "-".join([stem, *(_short(k, v) for k, v in self.args.items())])
+
+
+def load_sweep(path: str) -> list[Run]:
+  """The runs of a sweep file; raises ValueError on duplicate run ids."""
+  spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  runs = module.get_sweep()
+  ids = [r.run_id for r in runs]
+  duplicates = sorted({i for i in ids if ids.count(i) > 1})
+  if duplicates:
+    raise ValueError(f"{path}: duplicate run ids {duplicates}.")
+  return runs
+
+
+def sweep_name(path: str) -> str:
+  return pathlib.Path(path).stem
+
+
+def workdir(root: str, path: str, run: Run) -> str:
+  return f"{root.rstrip('/')}/{sweep_name(path)}/{run.run_id}"
+
+
+_LIST = flags.DEFINE_bool("list", False, "Print '<run id>\\t<--config value>' per run.")
+_RUN = flags.DEFINE_string("run", None, "Run the run with this id (python -m "
+                           "big_vision_relu.train in this process's environment).")
+_ROOT = flags.DEFINE_string("workdir_root", None, "Workdirs are ROOT/<sweep>/<run id>.")
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) != 2:
+    raise app.UsageError("Usage: python -m big_vision_relu.sweep SWEEP_FILE (--list | --run ID "
+                         "--workdir_root DIR)")
+  path = argv[1]
+  runs = load_sweep(path)
+  if _LIST.value:
+    for run in runs:
+      print(f"{run.run_id}\t{run.config_arg}")
+    return
+  if not _RUN.value or not _ROOT.value:
+    raise app.UsageError("Pass --list, or --run ID with --workdir_root DIR.")
+  by_id = {r.run_id: r for r in runs}
+  if _RUN.value not in by_id:
+    raise app.UsageError(f"No run {_RUN.value!r} in {path}; see --list.")
+  run = by_id[_RUN.value]
+  command = [sys.executable, "-m", "big_vision_relu.train", "--config", run.config_arg,
+             "--workdir", workdir(_ROOT.value, path, run)]
+  print(" ".join(command), flush=True)
+  sys.exit(subprocess.call(command, env=os.environ))
+
+
+if __name__ == "__main__":
+  app.run(main)
