@@ -70,33 +70,33 @@ def workdir(root: str, path: str, run: Run) -> str:
   return f"{root.rstrip('/')}/{sweep_name(path)}/{run.run_id}"
 
 
-_LIST = flags.DEFINE_bool("list", False, "Print '<run id>\\t<--config value>' per run.")
-_RUN = flags.DEFINE_string("run", None, "Run the run with this id (python -m "
-                           "big_vision_relu.train in this process's environment).")
-_ROOT = flags.DEFINE_string("workdir_root", None, "Workdirs are ROOT/<sweep>/<run id>.")
-
-
 def main(argv: list[str]) -> None:
   if len(argv) != 2:
     raise app.UsageError("Usage: python -m big_vision_relu.sweep SWEEP_FILE (--list | --run ID "
                          "--workdir_root DIR)")
   path = argv[1]
   runs = load_sweep(path)
-  if _LIST.value:
+  if FLAGS.list:
     for run in runs:
       print(f"{run.run_id}\t{run.config_arg}")
     return
-  if not _RUN.value or not _ROOT.value:
+  if not FLAGS.run or not FLAGS.workdir_root:
     raise app.UsageError("Pass --list, or --run ID with --workdir_root DIR.")
   by_id = {r.run_id: r for r in runs}
-  if _RUN.value not in by_id:
-    raise app.UsageError(f"No run {_RUN.value!r} in {path}; see --list.")
-  run = by_id[_RUN.value]
+  if FLAGS.run not in by_id:
+    raise app.UsageError(f"No run {FLAGS.run!r} in {path}; see --list.")
+  run = by_id[FLAGS.run]
   command = [sys.executable, "-m", "big_vision_relu.train", "--config", run.config_arg,
-             "--workdir", workdir(_ROOT.value, path, run)]
+             "--workdir", workdir(FLAGS.workdir_root, path, run)]
   print(" ".join(command), flush=True)
   sys.exit(subprocess.call(command, env=os.environ))
 
 
 if __name__ == "__main__":
+  # Defined here, not at import: sweep files import this module (for Run) while it runs.
+  FLAGS = flags.FLAGS
+  flags.DEFINE_bool("list", False, "Print '<run id>\\t<--config value>' per run.")
+  flags.DEFINE_string("run", None, "Run the run with this id (python -m big_vision_relu.train "
+                      "in this process's environment).")
+  flags.DEFINE_string("workdir_root", None, "Workdirs are ROOT/<sweep>/<run id>.")
   app.run(main)
