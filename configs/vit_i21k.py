@@ -15,7 +15,7 @@ out: test `full[:25600]`, val `full[25600:51200]`), 21,843 classes, 30 epochs, b
 head without pre-logits, head bias -10, Adam (b1 .9, b2 .999, first moment bfloat16), global
 clip 1.0, lr 1e-3 with 10k warmup then cosine, decoupled wd 1e-4 on kernels.
 Steps: 30 epochs of 14,145,922 images (the fall-2011 release's 14,197,122 minus the held-out
-51,200) at batch 4096 = 103,606 steps (the paper's ~1e5).
+51,200) at batch 4096 = 103,608 steps (the paper's ~1e5).
 S/8's augmentation is not in the paper or big_vision's configs; we give it B's (randaug(2, 10),
 mixup 0.2), as S/8 costs about as much per image as B/16 and overfits the same way.
 Evaluations: held-out i21k val and test (prec@1 over 21,843 classes), ImageNet-1k validation

@@ -27,7 +27,10 @@ def load_config_module(relative_path: str):
 @pytest.fixture(scope="session")
 def offline_data_dir(tmp_path_factory) -> str:
   """A TFDS data dir with the offline datasets (mnist5k, digits) built once per session."""
+  import tensorflow_datasets as tfds
+
   from big_vision_relu.data import builders, datasets
+  tfds.disable_progress_bar()
   path = str(tmp_path_factory.mktemp("tfds"))
   for name in builders.OFFLINE_DATASETS:
     datasets.get_builder(name, path)

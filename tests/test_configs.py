@@ -1,0 +1,94 @@
+"""Every config validates and builds its model; sweeps expand to the paper's runs; step counts
+follow the recipe arithmetic."""
+import jax
+import jax.numpy as jnp
+import pytest
+
+from big_vision_relu import config as cfg_lib
+from big_vision_relu import sweep
+from big_vision_relu import train as train_lib
+
+from conftest import ROOT, load_config_module
+
+CONFIG_ARGS = [
+    ("configs/local/mnist_relu.py", None),
+    ("configs/local/mnist_relu.py", "attention=softmax,qk_norm=False,patch=2"),
+    ("configs/vit_i21k.py", None),
+    ("configs/vit_i21k.py", "variant=S/8,attention=relu2,alpha=0.5,qk_norm=False,gated=True"),
+    ("configs/vit_i21k.py", "L/16,attention=softmax,fsdp"),
+    ("configs/vit_i1k.py", "variant=S/32,attention=sigmoid,alpha=2.0"),
+    ("configs/vit_i21k.py", "runlocal"),
+    ("configs/vit_i1k.py", "runlocal"),
+]
+
+
+@pytest.mark.parametrize("path,arg", CONFIG_ARGS)
+def test_config_validates_and_builds_its_model(path, arg):
+  config = load_config_module(path).get_config(arg)
+  cfg_lib.validate_train_config(config)
+  model = train_lib.make_model(config)
+  size = 28 if "local" in path or (arg and "runlocal" in arg) else 224
+  channels = 1 if size == 28 else 3
+  params = jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                          jax.ShapeDtypeStruct((1, size, size, channels), jnp.float32))
+  assert params["params"]["head"]["kernel"].shape[-1] == config.num_classes
+
+
+def test_config_arguments_reach_the_model():
+  config = load_config_module("configs/vit_i21k.py").get_config(
+      "variant=S/8,attention=relu2,alpha=0.5,qk_norm=False,gated=True")
+  assert dict(config.model) == dict(variant="S/8", pool_type="gap", posemb="learn",
+                                    rep_size=False, attention="relu2", seqlen_alpha=0.5,
+                                    qk_norm=False, gated=True)
+  assert config.mixup.p == 0.2 and "randaug(2, 10)" in config.input.pp  # our S/8 choice
+  with pytest.raises(ValueError, match="Unknown config argument 'atention'"):
+    load_config_module("configs/vit_i21k.py").get_config("atention=relu")
+
+
+@pytest.mark.parametrize("path,examples,expected_steps", [
+    # 30 epochs of fall-2011 ImageNet-21k minus the 51,200 held-out images, batch 4096.
+    ("configs/vit_i21k.py", 14_197_122 - 51_200, 103_608),
+    # 300 epochs of imagenet2012 train[:99%] (TFDS rounds 99% of 1,281,167 to 1,268,355).
+    ("configs/vit_i1k.py", 1_268_355, 92_898),
+])
+def test_step_counts_follow_the_recipe(path, examples, expected_steps):
+  config = load_config_module(path).get_config(None)
+  steps = train_lib._resolve_durations(config, examples / config.input.batch_size)  # noqa: SLF001
+  assert steps["total"] == expected_steps
+  assert config.schedule.warmup_steps == 10_000 and config.input.batch_size == 4096
+
+
+@pytest.mark.parametrize("figure,count", [("fig1", 10), ("fig2", 342), ("fig3", 96),
+                                          ("fig4", 96)])
+def test_sweeps_expand_to_the_papers_runs(figure, count):
+  path = str(ROOT / f"configs/paper/{figure}.py")
+  runs = sweep.load_sweep(path)
+  assert len(runs) == count == len({r.run_id for r in runs})
+  for run in runs[:3] + runs[-3:]:  # every run's config argument is a valid config
+    config_path, arg = run.config_arg.split(":", 1)
+    cfg_lib.validate_train_config(load_config_module(config_path).get_config(arg))
+
+
+def test_run_ids_are_stable_and_shared_between_figures():
+  fig1 = sweep.load_sweep(str(ROOT / "configs/paper/fig1.py"))
+  assert fig1[1].run_id == "i21k-S32-relu-a1-qk_norm-nogated"
+  assert fig1[1].config_arg == ("configs/vit_i21k.py:variant=S/32,attention=relu,alpha=1.0,"
+                                "qk_norm=True,gated=False")
+  fig2_ids = {r.run_id for r in sweep.load_sweep(str(ROOT / "configs/paper/fig2.py"))}
+  fig3 = sweep.load_sweep(str(ROOT / "configs/paper/fig3.py"))
+  shared = [r for r in fig3 if r.args["qk_norm"]]
+  assert len(shared) == 48 and all(r.run_id in fig2_ids for r in shared)
+
+
+def test_runlocal_config_trains(offline_data_dir, tmp_path):
+  config = load_config_module("configs/vit_i1k.py").get_config("runlocal")
+  config.input.data.data_dir = offline_data_dir
+  config.total_steps = 6  # just past the 5 warmup steps
+  for evaluator in config.evals.values():
+    if "data" in evaluator:
+      evaluator.data.data_dir = offline_data_dir
+    else:
+      evaluator.data_dir = offline_data_dir
+  result = train_lib.train(config, str(tmp_path / "run"))
+  assert result["step"] == 6 and result["test/num_examples"] == 256
+  assert 0 <= result["fewshot/10shot_avg"] <= 1
