@@ -92,3 +92,17 @@ def test_runlocal_config_trains(offline_data_dir, tmp_path):
   result = train_lib.train(config, str(tmp_path / "run"))
   assert result["step"] == 6 and result["test/num_examples"] == 256
   assert 0 <= result["fewshot/10shot_avg"] <= 1
+
+
+@pytest.mark.parametrize("kw", [dict(variant="Ti/16"),
+                                dict(variant="S/32", pool_type="tok", rep_size=True, gated=True)])
+def test_analytic_flops_match_xla_cost_analysis(kw):
+  """The core-hour estimates count matmul FLOPs; XLA counts every op of the same forward."""
+  from big_vision_relu import cost
+  from big_vision_relu.models import vit
+  model = vit.Model(1000, **kw)
+  images = jax.ShapeDtypeStruct((1, 224, 224, 3), jnp.float32)
+  params = jax.eval_shape(model.init, jax.random.PRNGKey(0), images)
+  xla_flops = jax.jit(lambda p, x: model.apply(p, x)[0]).lower(params, images).cost_analysis()
+  analytic = cost.forward_flops_per_image(kw, num_classes=1000)
+  assert analytic <= xla_flops["flops"] <= 1.03 * analytic

@@ -1,0 +1,241 @@
+# shellcheck shell=bash
+# Shared by every launch/tpu/*.sh script (sourced, never run):
+#
+#   source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+#
+# Configuration comes from environment variables; each script asks for the ones it needs with
+# `require`, which reports every missing one in a single message before anything runs:
+#
+#   TPU_NAME     name of the TPU VM (with QUEUED=1 also the queued resource's name)
+#   PROJECT      Google Cloud project id
+#   ZONE         zone of the TPU VM, e.g. europe-west4-a
+#   BUCKET       GCS bucket for datasets and runs, `my-bucket` or `gs://my-bucket`
+#   TPU_TYPE     accelerator type, e.g. v3-32 (4 hosts) or v3-8 (1 host)
+#   TPU_VERSION  TPU software version (default tpu-ubuntu2204-base)
+#   QUEUED=1     create / delete / describe through a queued resource (default: a plain TPU VM)
+#   SPOT=1       a Spot (preemptible) TPU VM
+#   DRY_RUN=1    same as --dry-run
+#
+# Every script takes --dry-run (print each command, quoted, one per line after `+ `, instead of
+# running it; needs neither gcloud nor credentials) and -h/--help (print its usage header).
+#
+# Layout on the workers: the code in ~/big_vision_relu (venv in ~/big_vision_relu/.venv),
+# logs in ~/logs/NAME.log, sweep loop scripts in ~/sweeps/. In the bucket: datasets in
+# gs://$BUCKET/tensorflow_datasets, runs in gs://$BUCKET/runs/RUN_NAME.
+
+if ((BASH_VERSINFO[0] < 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4))); then
+  echo "error: these scripts need bash >= 4.4 (this is ${BASH_VERSION}); on macOS:" \
+       "brew install bash" >&2
+  exit 2
+fi
+
+LAUNCH_TPU_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_DIR="$(cd "${LAUNCH_TPU_DIR}/../.." && pwd)"
+SCRIPT_NAME="launch/tpu/$(basename "$0")"
+REMOTE_DIR='~/big_vision_relu'  # expanded by the workers' shell, never here
+
+TPU_VERSION="${TPU_VERSION:-tpu-ubuntu2204-base}"
+QUEUED="${QUEUED:-0}"
+SPOT="${SPOT:-0}"
+DRY_RUN="${DRY_RUN:-0}"
+BUCKET="${BUCKET:-}"
+BUCKET="${BUCKET#gs://}"
+BUCKET="${BUCKET%/}"
+
+# What `require` says about each variable: "<meaning>|<example value>".
+declare -A VAR_HELP=(
+  [TPU_NAME]="name of the TPU VM (with QUEUED=1 also the queued resource's name)|relu-vit"
+  [PROJECT]="Google Cloud project id|my-project"
+  [ZONE]="zone of the TPU VM (v3: europe-west4-a, us-central1-a; v4: us-central2-b)|europe-west4-a"
+  [BUCKET]="GCS bucket for datasets and runs, ideally in the TPU's region|my-bucket"
+  [TPU_TYPE]="accelerator type: v3-32 is a pod slice of 4 hosts, v3-8 a single host|v3-32"
+  [MANUAL_DIR]="directory (gs:// or on worker 0) of ImageNet-21k's per-synset tars n*.tar|gs://my-bucket/imagenet21k_tars"
+  [IMAGENET2012_MANUAL_DIR]="directory (gs:// or on worker 0) holding ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar|gs://my-bucket/imagenet2012_tars"
+)
+
+die() {  # die MESSAGE...: print "error: MESSAGE" to stderr and exit 1
+  printf 'error: %s\n' "$*" >&2
+  exit 1
+}
+
+usage() {  # prints the calling script's header comment (from line 2 to the first non-comment)
+  local line
+  while IFS= read -r line; do
+    [[ $line == '#!'* ]] && continue
+    [[ $line == '#'* ]] || break
+    line="${line#\#}"
+    printf '%s\n' "${line# }"
+  done < "$0"
+}
+
+usage_error() {  # usage_error MESSAGE: the message, the usage, exit 2
+  printf 'error: %s\n\n' "$*" >&2
+  usage >&2
+  exit 2
+}
+
+# parse_args "$@": the options every script shares, plus the script's own ones declared before
+# the call in OPTIONS, e.g. OPTIONS=(--yes --vms=) ("=" marks an option taking a value, given as
+# `--vms X` or `--vms=X`; a flag sets OPT_yes=1, a value sets OPT_vms=X). `--` ends the options
+# when OPTIONS contains `--` (the rest goes to PASSTHROUGH). Positional arguments go to
+# POSITIONAL. Anything else starting with `-` is an error.
+OPTIONS=()
+POSITIONAL=()
+PASSTHROUGH=()
+parse_args() {
+  local arg name value spec known
+  while (($#)); do
+    arg="$1"
+    shift
+    case "${arg}" in
+      --dry-run) DRY_RUN=1; continue ;;
+      -h|--help) usage; exit 0 ;;
+    esac
+    if [[ ${arg} == -* ]]; then
+      name="${arg%%=*}"
+      known=""
+      for spec in "${OPTIONS[@]}"; do
+        if [[ ${spec%=} == "${name}" ]]; then known="${spec}"; fi
+      done
+      if [[ -z ${known} ]]; then
+        usage_error "unknown option '${arg}'"
+      elif [[ ${known} == -- ]]; then
+        PASSTHROUGH=("$@")
+        break
+      elif [[ ${known} == *= ]]; then
+        if [[ ${arg} == *=* ]]; then
+          value="${arg#*=}"
+        elif (($#)); then
+          value="$1"
+          shift
+        else
+          usage_error "option ${name} needs a value"
+        fi
+        [[ -n ${value} ]] || usage_error "option ${name} needs a non-empty value"
+        name="${name#--}"
+        printf -v "OPT_${name//-/_}" '%s' "${value}"
+      else
+        [[ ${arg} != *=* ]] || usage_error "option ${name} takes no value"
+        name="${name#--}"
+        printf -v "OPT_${name//-/_}" '%s' 1
+      fi
+    else
+      POSITIONAL+=("${arg}")
+    fi
+  done
+  [[ ${DRY_RUN} == 0 || ${DRY_RUN} == 1 ]] || die "DRY_RUN must be 0 or 1, not '${DRY_RUN}'"
+}
+
+# require VAR...: checks all the variables first, then reports every missing one together
+# (what each is, and one export line to copy) and exits 2. Also validates the ones given.
+require() {
+  local var missing=() example=()
+  for var in "$@"; do
+    if [[ -z ${!var:-} ]]; then
+      missing+=("${var}")
+    fi
+  done
+  if ((${#missing[@]})); then
+    {
+      printf 'error: %s needs %s to be set; missing: %s\n' "${SCRIPT_NAME}" \
+        "$(if ((${#missing[@]} == 1)); then echo 'this environment variable'; else echo 'these environment variables'; fi)" \
+        "${missing[*]}"
+      for var in "${missing[@]}"; do
+        printf '  %-24s %s\n' "${var}" "${VAR_HELP[${var}]%%|*}"
+        example+=("${var}=${VAR_HELP[${var}]#*|}")
+      done
+      printf 'for example:\n  export %s\n' "${example[*]}"
+      printf 'then run the same command again (add --dry-run to see the gcloud commands first).\n'
+    } >&2
+    exit 2
+  fi
+  for var in "$@"; do
+    validate_var "${var}"
+  done
+}
+
+validate_var() {  # validate_var NAME: a clear error now rather than a confusing one from gcloud
+  local value="${!1}"
+  case "$1" in
+    TPU_NAME)
+      [[ ${value} =~ ^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$ ]] ||
+        die "TPU_NAME='${value}': use lowercase letters, digits and hyphens, starting with a letter" ;;
+    BUCKET)
+      [[ ${value} =~ ^[a-z0-9][-a-z0-9_.]*[a-z0-9]$ ]] ||
+        die "BUCKET='${value}' is not a bucket name (e.g. my-bucket or gs://my-bucket)" ;;
+    ZONE)
+      [[ ${value} =~ ^[a-z]+-[a-z]+[0-9]+-[a-z]$ ]] ||
+        die "ZONE='${value}' is not a zone (e.g. europe-west4-a)" ;;
+    TPU_TYPE)
+      [[ ${value} =~ ^v[0-9]+[a-z]*(-[a-z]+)?-[0-9]+$ ]] ||
+        die "TPU_TYPE='${value}' is not an accelerator type (e.g. v3-32, v4-64, v5litepod-16)" ;;
+  esac
+  return 0
+}
+
+# shell_quote ARG...: one line that a POSIX shell parses back into exactly these arguments
+# (plain words as they are, anything else in single quotes).
+shell_quote() {
+  local arg out=() q="'"
+  for arg in "$@"; do
+    if [[ ${arg} =~ ^[-A-Za-z0-9_@%+=:,./]+$ ]]; then
+      out+=("${arg}")
+    else
+      out+=("${q}${arg//${q}/${q}\\${q}${q}}${q}")
+    fi
+  done
+  printf '%s\n' "${out[*]}"
+}
+
+# run_cmd CMD ARG...: with --dry-run prints `+ CMD ARG...` (quoted, one line) to stdout and
+# does nothing; otherwise prints the same line to stderr and runs the command.
+run_cmd() {
+  if [[ ${DRY_RUN} == 1 ]]; then
+    printf '+ %s\n' "$(shell_quote "$@")"
+  else
+    printf '+ %s\n' "$(shell_quote "$@")" >&2
+    "$@"
+  fi
+}
+
+note() {  # note MESSAGE...: a line for the user (stdout, prefixed with "# " in dry runs)
+  if [[ ${DRY_RUN} == 1 ]]; then printf '# %s\n' "$*"; else printf '%s\n' "$*"; fi
+}
+
+need_gcloud() {  # fails early, and only when commands will really run
+  [[ ${DRY_RUN} == 1 ]] && return 0
+  command -v gcloud > /dev/null ||
+    die "gcloud not found on PATH: install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install), then 'gcloud auth login'; or add --dry-run to only print the commands"
+}
+
+# gcloud commands on the TPU VM $TPU_NAME (or VM=name to override).
+zone_flags() { printf '%s\n' "--zone=${ZONE}" "--project=${PROJECT}"; }
+
+tpu_ssh() {  # tpu_ssh WORKER COMMAND: runs COMMAND (one shell line) on worker WORKER or "all"
+  run_cmd gcloud compute tpus tpu-vm ssh "${VM:-${TPU_NAME}}" "--zone=${ZONE}" \
+    "--project=${PROJECT}" "--worker=$1" "--command=$2"
+}
+
+tpu_scp() {  # tpu_scp LOCAL_FILE REMOTE_PATH WORKER: copies to the home dir of the worker(s)
+  run_cmd gcloud compute tpus tpu-vm scp "$1" "${VM:-${TPU_NAME}}:$2" "--worker=$3" \
+    "--zone=${ZONE}" "--project=${PROJECT}"
+}
+
+# Remote shell snippet: refuses to start when this worker already runs a trainer or a sweep
+# loop (two programs cannot share the TPU). The patterns are anchored at the start of the
+# process's command line, so they never match the ssh shell running this very check.
+REMOTE_BUSY_CHECK='if pgrep -f "^[^ ]*python[^ ]* -m big_vision_relu[.]train |^bash [^ ]*/sweeps/[^ ]*[.]sh" > /dev/null; then echo "$(hostname): busy, a training run or sweep is running here:" >&2; pgrep -af "^[^ ]*python[^ ]* -m big_vision_relu[.]train |^bash [^ ]*/sweeps/[^ ]*[.]sh" >&2; echo "wait for it, or stop it: bash launch/tpu/stop.sh" >&2; exit 1; fi'
+
+gcs_data_dir() { printf 'gs://%s/tensorflow_datasets\n' "${BUCKET}"; }
+gcs_runs_dir() { printf 'gs://%s/runs\n' "${BUCKET}"; }
+
+# python3 here, for the few local steps (the repo's venv if there is one).
+local_python() {
+  if [[ -x ${REPO_DIR}/.venv/bin/python ]]; then
+    printf '%s\n' "${REPO_DIR}/.venv/bin/python"
+  elif command -v python3 > /dev/null; then
+    printf '%s\n' python3
+  else
+    die "no python3 on PATH (and no ${REPO_DIR}/.venv)"
+  fi
+}
