@@ -32,6 +32,7 @@ the same directory (e.g. a ``gs://`` path). Limitation: if only SOME processes f
 their shards of a checkpoint, orbax's post-restore barrier times out with an error instead of
 falling back, because the processes no longer agree.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,176 +51,178 @@ _READ_ERRORS = (ValueError, OSError)
 
 
 class Restored(NamedTuple):
-    """A restored checkpoint."""
+  """A restored checkpoint."""
 
-    step: int
-    state: Any
-    extra: dict[str, Any]
+  step: int
+  state: Any
+  extra: dict[str, Any]
 
 
 class Checkpointer:
-    """Saves and restores ``(state, extra)`` per step in ``directory`` with orbax."""
+  """Saves and restores ``(state, extra)`` per step in ``directory`` with orbax."""
 
-    def __init__(
-        self,
-        directory: str | os.PathLike[str],
-        *,
-        save_interval_steps: int,
-        keep_last: int = 3,
-        keep_every_steps: int | None = None,
-        async_save: bool = True,
-    ) -> None:
-        """Opens (and creates) the checkpoint directory.
+  def __init__(
+    self,
+    directory: str | os.PathLike[str],
+    *,
+    save_interval_steps: int,
+    keep_last: int = 3,
+    keep_every_steps: int | None = None,
+    async_save: bool = True,
+  ) -> None:
+    """Opens (and creates) the checkpoint directory.
 
-        Args:
-          directory: where step directories live, local or ``gs://``; the same on all hosts.
-          save_interval_steps: ``save`` writes when ``step % save_interval_steps == 0``.
-          keep_last: how many newest checkpoints to keep (>= 1; 2+ leaves a fallback when
-            the newest is damaged).
-          keep_every_steps: if set, steps that are multiples of it are never deleted.
-          async_save: write in a background thread (orbax's default); False blocks in ``save``.
-        """
-        if save_interval_steps < 1:
-            raise ValueError(f"save_interval_steps={save_interval_steps} must be >= 1")
-        if keep_last < 1:
-            raise ValueError(f"keep_last={keep_last} must be >= 1 (the newest is always kept)")
-        if keep_every_steps is not None and keep_every_steps < 1:
-            raise ValueError(f"keep_every_steps={keep_every_steps} must be >= 1 or None")
-        keep: list[policies.PreservationPolicy] = [policies.LatestN(n=keep_last)]
-        if keep_every_steps is not None:
-            keep.append(policies.EveryNSteps(interval_steps=keep_every_steps))
-        options = ocp.CheckpointManagerOptions(
-            save_decision_policy=policies.AnySavePolicy([
-                policies.FixedIntervalPolicy(save_interval_steps),
-                policies.PreemptionCheckpointingPolicy(),
-            ]),
-            preservation_policy=policies.AnyPreservationPolicy(keep),
-            enable_async_checkpointing=async_save,
-            create=True,
+    Args:
+      directory: where step directories live, local or ``gs://``; the same on all hosts.
+      save_interval_steps: ``save`` writes when ``step % save_interval_steps == 0``.
+      keep_last: how many newest checkpoints to keep (>= 1; 2+ leaves a fallback when
+        the newest is damaged).
+      keep_every_steps: if set, steps that are multiples of it are never deleted.
+      async_save: write in a background thread (orbax's default); False blocks in ``save``.
+    """
+    if save_interval_steps < 1:
+      raise ValueError(f"save_interval_steps={save_interval_steps} must be >= 1")
+    if keep_last < 1:
+      raise ValueError(f"keep_last={keep_last} must be >= 1 (the newest is always kept)")
+    if keep_every_steps is not None and keep_every_steps < 1:
+      raise ValueError(f"keep_every_steps={keep_every_steps} must be >= 1 or None")
+    keep: list[policies.PreservationPolicy] = [policies.LatestN(n=keep_last)]
+    if keep_every_steps is not None:
+      keep.append(policies.EveryNSteps(interval_steps=keep_every_steps))
+    options = ocp.CheckpointManagerOptions(
+      save_decision_policy=policies.AnySavePolicy(
+        [
+          policies.FixedIntervalPolicy(save_interval_steps),
+          policies.PreemptionCheckpointingPolicy(),
+        ]
+      ),
+      preservation_policy=policies.AnyPreservationPolicy(keep),
+      enable_async_checkpointing=async_save,
+      create=True,
+    )
+    self._directory = epath.Path(directory)
+    self._manager = ocp.CheckpointManager(
+      self._directory, item_names=("state", "extra"), options=options
+    )
+    # Barrier names must be unique per call; this counts quarantine barriers.
+    self._quarantines = 0
+
+  @property
+  def directory(self) -> epath.Path:
+    return self._directory
+
+  def all_steps(self) -> list[int]:
+    """Finalised steps on disk, ascending."""
+    return sorted(self._manager.all_steps())
+
+  def latest_step(self) -> int | None:
+    return self._manager.latest_step()
+
+  def should_save(self, step: int) -> bool:
+    """Whether ``save(step, ...)`` without ``force`` would write."""
+    return self._manager.should_save(step)
+
+  def reached_preemption(self, step: int) -> bool:
+    """True once the job received a preemption notice: save (it will write) and exit."""
+    return self._manager.reached_preemption(step)
+
+  def save(
+    self,
+    step: int,
+    state: Any,
+    extra: dict[str, Any] | None = None,
+    *,
+    force: bool = False,
+  ) -> bool:
+    """Saves ``state`` and ``extra`` at ``step`` if due (or ``force``); call every step.
+
+    Returns whether a save started. A step that is already on disk is not rewritten
+    (returns False), so forcing the final step after an interval save is harmless.
+    """
+    extra = {} if extra is None else extra
+    try:
+      json.dumps(extra)
+    except TypeError as e:
+      # Fail here, not later in orbax's background thread.
+      raise ValueError(f"extra must be JSON-serialisable: {e}") from e
+    if step in self._manager.all_steps():
+      return False
+    return self._manager.save(
+      step,
+      args=ocp.args.Composite(state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(extra)),
+      force=force,
+    )
+
+  def restore(self, step: int, target: Any) -> Restored:
+    """Restores ``step`` into the structure, dtypes and shardings of ``target``.
+
+    ``target`` is a pytree of ``jax.ShapeDtypeStruct`` (with ``sharding``) or arrays, e.g.
+    ``jax.eval_shape`` of the jitted, sharded init. Raises orbax's error if unreadable.
+    """
+    restored = self._manager.restore(
+      step,
+      args=ocp.args.Composite(state=ocp.args.StandardRestore(target), extra=ocp.args.JsonRestore()),
+    )
+    return Restored(step=step, state=restored.state, extra=dict(restored.extra))
+
+  def restore_latest(self, target: Any) -> Restored | None:
+    """Restores the newest readable checkpoint; None if there is none at all.
+
+    Unreadable newer steps are skipped with a warning and, once an older step restored,
+    moved aside (see the module docstring). Raises RuntimeError if no step is readable.
+    """
+    steps = self.all_steps()
+    # Messages, not exception objects: those pin orbax's failed read coroutines (through
+    # their tracebacks) for as long as the caller keeps the log records.
+    failures: list[tuple[int, str]] = []
+    for step in reversed(steps):
+      try:
+        restored = self.restore(step, target)
+      except _READ_ERRORS as e:
+        message = f"{type(e).__name__}: {e}"
+        logging.warning(
+          "Could not restore checkpoint step %d in %s (%s); trying an older one.",
+          step,
+          self._directory,
+          message,
         )
-        self._directory = epath.Path(directory)
-        self._manager = ocp.CheckpointManager(
-            self._directory, item_names=("state", "extra"), options=options
-        )
-        # Barrier names must be unique per call; this counts quarantine barriers.
-        self._quarantines = 0
+        failures.append((step, message))
+        continue
+      for bad_step, _ in failures:
+        self._quarantine(bad_step)
+      return restored
+    if failures:
+      details = "\n".join(f"  step {s}: {message}" for s, message in failures)
+      raise RuntimeError(
+        f"No checkpoint in {self._directory} could be restored (steps {steps}):\n"
+        f"{details}\nIf every step fails with the same shape or structure error, the "
+        "target (model / optimizer config) does not match these checkpoints; "
+        "otherwise the files are damaged: move the step directories away to start over."
+      )
+    return None
 
-    @property
-    def directory(self) -> epath.Path:
-        return self._directory
+  def _quarantine(self, step: int) -> None:
+    """Moves an unreadable step directory aside (primary process), then re-lists steps."""
+    path = self._directory / str(step)
+    # '-' not '_': orbax would parse "<name>_<digits>" as a step number.
+    moved = self._directory / f"{step}.corrupt-{int(time.time())}"
+    if ocp.multihost.process_index() == 0:
+      path.rename(moved)
+      logging.warning("Moved unreadable checkpoint %s to %s.", path, moved)
+    self._quarantines += 1
+    ocp.multihost.sync_global_processes(f"big_vision_relu_quarantine_{self._quarantines}")
+    self._manager.reload()
 
-    def all_steps(self) -> list[int]:
-        """Finalised steps on disk, ascending."""
-        return sorted(self._manager.all_steps())
+  def wait_until_finished(self) -> None:
+    """Blocks until pending asynchronous saves (and their deletions) are on disk."""
+    self._manager.wait_until_finished()
 
-    def latest_step(self) -> int | None:
-        return self._manager.latest_step()
+  def close(self) -> None:
+    """Waits for pending saves and releases orbax's threads."""
+    self._manager.close()
 
-    def should_save(self, step: int) -> bool:
-        """Whether ``save(step, ...)`` without ``force`` would write."""
-        return self._manager.should_save(step)
+  def __enter__(self) -> Checkpointer:
+    return self
 
-    def reached_preemption(self, step: int) -> bool:
-        """True once the job received a preemption notice: save (it will write) and exit."""
-        return self._manager.reached_preemption(step)
-
-    def save(
-        self,
-        step: int,
-        state: Any,
-        extra: dict[str, Any] | None = None,
-        *,
-        force: bool = False,
-    ) -> bool:
-        """Saves ``state`` and ``extra`` at ``step`` if due (or ``force``); call every step.
-
-        Returns whether a save started. A step that is already on disk is not rewritten
-        (returns False), so forcing the final step after an interval save is harmless.
-        """
-        extra = {} if extra is None else extra
-        try:
-            json.dumps(extra)
-        except TypeError as e:
-            # Fail here, not later in orbax's background thread.
-            raise ValueError(f"extra must be JSON-serialisable: {e}") from e
-        if step in self._manager.all_steps():
-            return False
-        return self._manager.save(
-            step,
-            args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                    extra=ocp.args.JsonSave(extra)),
-            force=force,
-        )
-
-    def restore(self, step: int, target: Any) -> Restored:
-        """Restores ``step`` into the structure, dtypes and shardings of ``target``.
-
-        ``target`` is a pytree of ``jax.ShapeDtypeStruct`` (with ``sharding``) or arrays, e.g.
-        ``jax.eval_shape`` of the jitted, sharded init. Raises orbax's error if unreadable.
-        """
-        restored = self._manager.restore(
-            step,
-            args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
-                                    extra=ocp.args.JsonRestore()),
-        )
-        return Restored(step=step, state=restored.state, extra=dict(restored.extra))
-
-    def restore_latest(self, target: Any) -> Restored | None:
-        """Restores the newest readable checkpoint; None if there is none at all.
-
-        Unreadable newer steps are skipped with a warning and, once an older step restored,
-        moved aside (see the module docstring). Raises RuntimeError if no step is readable.
-        """
-        steps = self.all_steps()
-        # Messages, not exception objects: those pin orbax's failed read coroutines (through
-        # their tracebacks) for as long as the caller keeps the log records.
-        failures: list[tuple[int, str]] = []
-        for step in reversed(steps):
-            try:
-                restored = self.restore(step, target)
-            except _READ_ERRORS as e:
-                message = f"{type(e).__name__}: {e}"
-                logging.warning(
-                    "Could not restore checkpoint step %d in %s (%s); trying an older one.",
-                    step, self._directory, message,
-                )
-                failures.append((step, message))
-                continue
-            for bad_step, _ in failures:
-                self._quarantine(bad_step)
-            return restored
-        if failures:
-            details = "\n".join(f"  step {s}: {message}" for s, message in failures)
-            raise RuntimeError(
-                f"No checkpoint in {self._directory} could be restored (steps {steps}):\n"
-                f"{details}\nIf every step fails with the same shape or structure error, the "
-                "target (model / optimizer config) does not match these checkpoints; "
-                "otherwise the files are damaged: move the step directories away to start over."
-            )
-        return None
-
-    def _quarantine(self, step: int) -> None:
-        """Moves an unreadable step directory aside (primary process), then re-lists steps."""
-        path = self._directory / str(step)
-        # '-' not '_': orbax would parse "<name>_<digits>" as a step number.
-        moved = self._directory / f"{step}.corrupt-{int(time.time())}"
-        if ocp.multihost.process_index() == 0:
-            path.rename(moved)
-            logging.warning("Moved unreadable checkpoint %s to %s.", path, moved)
-        self._quarantines += 1
-        ocp.multihost.sync_global_processes(f"big_vision_relu_quarantine_{self._quarantines}")
-        self._manager.reload()
-
-    def wait_until_finished(self) -> None:
-        """Blocks until pending asynchronous saves (and their deletions) are on disk."""
-        self._manager.wait_until_finished()
-
-    def close(self) -> None:
-        """Waits for pending saves and releases orbax's threads."""
-        self._manager.close()
-
-    def __enter__(self) -> Checkpointer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+  def __exit__(self, *exc: object) -> None:
+    self.close()

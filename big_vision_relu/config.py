@@ -142,6 +142,14 @@ def validate_train_config(config: ml_collections.ConfigDict) -> None:
                      f"(got {total or 'none'}).")
   if config.get("loss", "sigmoid_xent") not in LOSSES:
     raise ValueError(f"Unknown loss {config.loss!r}; valid: {', '.join(LOSSES)}.")
+  if config.get("mixup") is not None:
+    check_keys("config.mixup", config.mixup, ("p", "fold_in"))
+    if config.mixup.get("fold_in") is not None:
+      raise ValueError("config.mixup.fold_in must be None: the step is jitted over global "
+                       "arrays, so there is no per-device axis to fold in (big_vision's configs "
+                       "use None too).")
+  if config.get("model_load") is not None:
+    check_keys("config.model_load", config.model_load, ("dont_load",))
   if config.get("model_name", "vit") != "vit":
     raise ValueError(f"Unknown model_name {config.model_name!r}; valid: vit.")
 

@@ -20,6 +20,7 @@ time spent in :meth:`Progress.paused` blocks such as evals) and ``core_hours`` (
 wall-clock hours, cumulative over restarts: pass the checkpointed value back in), and
 formats the console line with the ETA.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,179 +39,179 @@ JSONL_NAME = "metrics.jsonl"
 
 
 def _to_python_scalar(name: str, value: Any) -> int | float | bool:
-    """A Python number from a Python/NumPy/JAX scalar (fetches device values to the host)."""
-    array = np.asarray(value)
-    if array.ndim != 0:
-        raise ValueError(f"metric {name!r} must be a scalar, got shape {array.shape}")
-    return array.item()
+  """A Python number from a Python/NumPy/JAX scalar (fetches device values to the host)."""
+  array = np.asarray(value)
+  if array.ndim != 0:
+    raise ValueError(f"metric {name!r} must be a scalar, got shape {array.shape}")
+  return array.item()
 
 
 class MetricWriter:
-    """TensorBoard + ``metrics.jsonl`` writer that is active on process 0 only."""
+  """TensorBoard + ``metrics.jsonl`` writer that is active on process 0 only."""
 
-    def __init__(
-        self,
-        workdir: str | os.PathLike[str],
-        *,
-        process_index: int | None = None,
-        asynchronous: bool = True,
-    ) -> None:
-        """Creates the writers (process 0) or a no-op writer (other processes).
+  def __init__(
+    self,
+    workdir: str | os.PathLike[str],
+    *,
+    process_index: int | None = None,
+    asynchronous: bool = True,
+  ) -> None:
+    """Creates the writers (process 0) or a no-op writer (other processes).
 
-        Args:
-          workdir: run directory (local or ``gs://``) for event files and ``metrics.jsonl``.
-          process_index: this process's index; default ``jax.process_index()``.
-          asynchronous: write TensorBoard events in a background thread (clu's default).
-        """
-        index = jax.process_index() if process_index is None else process_index
-        self.active = index == 0
-        self._step: int | None = None
-        self._pending: dict[str, int | float | bool] = {}
-        if self.active:
-            workdir = epath.Path(workdir)
-            workdir.mkdir(parents=True, exist_ok=True)
-            self._jsonl = workdir / JSONL_NAME
-            self._writer = metric_writers.create_default_writer(
-                os.fspath(workdir), asynchronous=asynchronous
-            )
+    Args:
+      workdir: run directory (local or ``gs://``) for event files and ``metrics.jsonl``.
+      process_index: this process's index; default ``jax.process_index()``.
+      asynchronous: write TensorBoard events in a background thread (clu's default).
+    """
+    index = jax.process_index() if process_index is None else process_index
+    self.active = index == 0
+    self._step: int | None = None
+    self._pending: dict[str, int | float | bool] = {}
+    if self.active:
+      workdir = epath.Path(workdir)
+      workdir.mkdir(parents=True, exist_ok=True)
+      self._jsonl = workdir / JSONL_NAME
+      self._writer = metric_writers.create_default_writer(
+        os.fspath(workdir), asynchronous=asynchronous
+      )
 
-    def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
-        """Logs scalars at ``step``; several calls for one step make one jsonl line."""
-        if not self.active:
-            return
-        values = {name: _to_python_scalar(name, v) for name, v in scalars.items()}
-        if "step" in values:
-            raise ValueError("'step' is reserved in metrics.jsonl; rename the metric")
-        if step != self._step:
-            self._write_pending()
-            self._step = int(step)
-        duplicates = sorted(set(values) & set(self._pending))
-        if duplicates:
-            raise ValueError(f"metrics {duplicates} were already written at step {step}")
-        self._pending.update(values)
-        self._writer.write_scalars(int(step), values)
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
+    """Logs scalars at ``step``; several calls for one step make one jsonl line."""
+    if not self.active:
+      return
+    values = {name: _to_python_scalar(name, v) for name, v in scalars.items()}
+    if "step" in values:
+      raise ValueError("'step' is reserved in metrics.jsonl; rename the metric")
+    if step != self._step:
+      self._write_pending()
+      self._step = int(step)
+    duplicates = sorted(set(values) & set(self._pending))
+    if duplicates:
+      raise ValueError(f"metrics {duplicates} were already written at step {step}")
+    self._pending.update(values)
+    self._writer.write_scalars(int(step), values)
 
-    def _write_pending(self) -> None:
-        if not self._pending:
-            return
-        line = json.dumps({"step": self._step, **self._pending})
-        # Open/append/close per line: the line is durable even if the job dies right after,
-        # and epath's append also works on gs:// (gfile rewrites the object).
-        with self._jsonl.open("a") as f:
-            f.write(line + "\n")
-        self._pending = {}
+  def _write_pending(self) -> None:
+    if not self._pending:
+      return
+    line = json.dumps({"step": self._step, **self._pending})
+    # Open/append/close per line: the line is durable even if the job dies right after,
+    # and epath's append also works on gs:// (gfile rewrites the object).
+    with self._jsonl.open("a") as f:
+      f.write(line + "\n")
+    self._pending = {}
 
-    def flush(self) -> None:
-        """Writes the held-back jsonl line and waits for pending TensorBoard writes."""
-        if not self.active:
-            return
-        self._write_pending()
-        self._writer.flush()
+  def flush(self) -> None:
+    """Writes the held-back jsonl line and waits for pending TensorBoard writes."""
+    if not self.active:
+      return
+    self._write_pending()
+    self._writer.flush()
 
-    def close(self) -> None:
-        """Flushes and closes the event file."""
-        if not self.active:
-            return
-        self._write_pending()
-        self._writer.close()
+  def close(self) -> None:
+    """Flushes and closes the event file."""
+    if not self.active:
+      return
+    self._write_pending()
+    self._writer.close()
 
-    def __enter__(self) -> MetricWriter:
-        return self
+  def __enter__(self) -> MetricWriter:
+    return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+  def __exit__(self, *exc: object) -> None:
+    self.close()
 
 
 class Progress:
-    """Throughput, ETA and cumulative core hours of a run, from an injectable clock."""
+  """Throughput, ETA and cumulative core hours of a run, from an injectable clock."""
 
-    def __init__(
-        self,
-        *,
-        total_steps: int,
-        first_step: int,
-        num_devices: int,
-        examples_per_step: int,
-        core_hours: float = 0.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        """Starts timing now (``clock()``).
+  def __init__(
+    self,
+    *,
+    total_steps: int,
+    first_step: int,
+    num_devices: int,
+    examples_per_step: int,
+    core_hours: float = 0.0,
+    clock: Callable[[], float] = time.monotonic,
+  ) -> None:
+    """Starts timing now (``clock()``).
 
-        Args:
-          total_steps: the run's last step, for the ETA and percentage.
-          first_step: the step the loop starts from (the restored step, or 0).
-          num_devices: devices of the whole job (``jax.device_count()``), i.e. the cores.
-          examples_per_step: global batch size.
-          core_hours: core hours spent before this process (from the checkpoint; 0 if new).
-          clock: seconds, monotonic; injectable for tests.
-        """
-        if min(total_steps, num_devices, examples_per_step) < 1:
-            raise ValueError(
-                f"total_steps={total_steps}, num_devices={num_devices} and "
-                f"examples_per_step={examples_per_step} must all be >= 1"
-            )
-        self.total_steps = total_steps
-        self.first_step = first_step
-        self.num_devices = num_devices
-        self.examples_per_step = examples_per_step
-        self._core_hours_before = float(core_hours)
-        self._clock = clock
-        self._start = clock()
-        self._last_time = self._start
-        self._last_step = first_step
-        self._paused_seconds = 0.0  # paused time since the last measure()
-        self._img_per_sec_core: float | None = None
+    Args:
+      total_steps: the run's last step, for the ETA and percentage.
+      first_step: the step the loop starts from (the restored step, or 0).
+      num_devices: devices of the whole job (``jax.device_count()``), i.e. the cores.
+      examples_per_step: global batch size.
+      core_hours: core hours spent before this process (from the checkpoint; 0 if new).
+      clock: seconds, monotonic; injectable for tests.
+    """
+    if min(total_steps, num_devices, examples_per_step) < 1:
+      raise ValueError(
+        f"total_steps={total_steps}, num_devices={num_devices} and "
+        f"examples_per_step={examples_per_step} must all be >= 1"
+      )
+    self.total_steps = total_steps
+    self.first_step = first_step
+    self.num_devices = num_devices
+    self.examples_per_step = examples_per_step
+    self._core_hours_before = float(core_hours)
+    self._clock = clock
+    self._start = clock()
+    self._last_time = self._start
+    self._last_step = first_step
+    self._paused_seconds = 0.0  # paused time since the last measure()
+    self._img_per_sec_core: float | None = None
 
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """Time inside is excluded from img/sec/core (evals, checkpointing); still in core_hours."""
-        start = self._clock()
-        try:
-            yield
-        finally:
-            self._paused_seconds += self._clock() - start
+  @contextlib.contextmanager
+  def paused(self) -> Iterator[None]:
+    """Time inside is excluded from img/sec/core (evals, checkpointing); still in core_hours."""
+    start = self._clock()
+    try:
+      yield
+    finally:
+      self._paused_seconds += self._clock() - start
 
-    def core_hours(self) -> float:
-        """Devices x wall hours: earlier runs (``core_hours`` argument) plus this process."""
-        return self._core_hours_before + self.num_devices * (self._clock() - self._start) / 3600
+  def core_hours(self) -> float:
+    """Devices x wall hours: earlier runs (``core_hours`` argument) plus this process."""
+    return self._core_hours_before + self.num_devices * (self._clock() - self._start) / 3600
 
-    def measure(self, step: int) -> dict[str, float]:
-        """``img/sec/core`` over the steps since the previous call, and ``core_hours``.
+  def measure(self, step: int) -> dict[str, float]:
+    """``img/sec/core`` over the steps since the previous call, and ``core_hours``.
 
-        The first interval of a process includes compilation, so it reads low.
-        """
-        now = self._clock()
-        busy = now - self._last_time - self._paused_seconds
-        steps = step - self._last_step
-        if steps <= 0 or busy <= 0:
-            raise ValueError(
-                f"measure({step}) needs progress since step {self._last_step} and "
-                f"unpaused time (got {busy:.3g} s)"
-            )
-        self._img_per_sec_core = steps * self.examples_per_step / busy / self.num_devices
-        self._last_time, self._last_step, self._paused_seconds = now, step, 0.0
-        return {"img/sec/core": self._img_per_sec_core, "core_hours": self.core_hours()}
+    The first interval of a process includes compilation, so it reads low.
+    """
+    now = self._clock()
+    busy = now - self._last_time - self._paused_seconds
+    steps = step - self._last_step
+    if steps <= 0 or busy <= 0:
+      raise ValueError(
+        f"measure({step}) needs progress since step {self._last_step} and "
+        f"unpaused time (got {busy:.3g} s)"
+      )
+    self._img_per_sec_core = steps * self.examples_per_step / busy / self.num_devices
+    self._last_time, self._last_step, self._paused_seconds = now, step, 0.0
+    return {"img/sec/core": self._img_per_sec_core, "core_hours": self.core_hours()}
 
-    def line(self, step: int) -> str:
-        """Console line: step/total, percentage, last img/sec/core, ETA, core hours.
+  def line(self, step: int) -> str:
+    """Console line: step/total, percentage, last img/sec/core, ETA, core hours.
 
-        The ETA extrapolates this process's average wall time per step (pauses included).
-        """
-        done = step - self.first_step
-        elapsed = self._clock() - self._start
-        if done > 0:
-            eta_seconds = round((self.total_steps - step) * elapsed / done)
-            eta = _format_duration(eta_seconds)
-        else:
-            eta = "?"
-        rate = "?" if self._img_per_sec_core is None else f"{self._img_per_sec_core:.1f}"
-        return (
-            f"step {step}/{self.total_steps} ({100 * step / self.total_steps:.1f}%) | "
-            f"{rate} img/sec/core | ETA {eta} | {self.core_hours():.3f} core hours"
-        )
+    The ETA extrapolates this process's average wall time per step (pauses included).
+    """
+    done = step - self.first_step
+    elapsed = self._clock() - self._start
+    if done > 0:
+      eta_seconds = round((self.total_steps - step) * elapsed / done)
+      eta = _format_duration(eta_seconds)
+    else:
+      eta = "?"
+    rate = "?" if self._img_per_sec_core is None else f"{self._img_per_sec_core:.1f}"
+    return (
+      f"step {step}/{self.total_steps} ({100 * step / self.total_steps:.1f}%) | "
+      f"{rate} img/sec/core | ETA {eta} | {self.core_hours():.3f} core hours"
+    )
 
 
 def _format_duration(seconds: int) -> str:
-    hours, rest = divmod(max(seconds, 0), 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}"
+  hours, rest = divmod(max(seconds, 0), 3600)
+  minutes, secs = divmod(rest, 60)
+  return f"{hours}:{minutes:02d}:{secs:02d}"

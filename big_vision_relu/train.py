@@ -50,12 +50,13 @@ def make_model(config: ml_collections.ConfigDict) -> vit._Model:  # noqa: SLF001
   """The ViT of `config.model` (its keywords) with `config.num_classes` outputs."""
   try:
     model = vit.Model(config.get("num_classes"), **config.model)
-    model.validate()
-    return model
   except TypeError as e:
-    raise ValueError(f"Bad config.model: {e}. Valid options: "
-                     f"variant, {', '.join(f.name for f in vit._Model.__dataclass_fields__.values() if f.name not in ('parent', 'name', 'num_classes'))}."  # noqa: E501, SLF001
-                     ) from None
+    options = [f.name for f in dataclasses.fields(vit._Model)  # noqa: SLF001
+               if f.name not in ("parent", "name", "num_classes")]
+    raise ValueError(f"Bad config.model: {e}. Valid options: variant, "
+                     f"{', '.join(options)}.") from None
+  model.validate()
+  return model
 
 
 def initialize_distributed(coordinator_address: str | None, num_processes: int | None,

@@ -12,6 +12,7 @@ One ImageNet-1k class has no ImageNet-21k counterpart: class :data:`I1K_ABSENT_C
 ``n04399382``, "teddy, teddy bear") is not in the fall 2011 ImageNet-21k release, so Google's
 21,843 classes do not contain it; its index is :data:`MISSING` (-1).
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,47 +29,48 @@ I1K_ABSENT_CLASS = 850
 
 
 def _read_lines(name: str) -> list[str]:
-    text = importlib.resources.files(__package__).joinpath(name).read_text(encoding="ascii")
-    return text.splitlines()
+  text = importlib.resources.files(__package__).joinpath(name).read_text(encoding="ascii")
+  return text.splitlines()
 
 
 @functools.cache
 def _i21k_wnids() -> tuple[str, ...]:
-    wnids = tuple(_read_lines("imagenet21k_wnids.txt"))
-    if len(wnids) != NUM_I21K_CLASSES or len(set(wnids)) != NUM_I21K_CLASSES:
-        raise ValueError(
-            f"imagenet21k_wnids.txt must hold {NUM_I21K_CLASSES} distinct wordnet ids, found "
-            f"{len(wnids)} ({len(set(wnids))} distinct)")
-    return wnids
+  wnids = tuple(_read_lines("imagenet21k_wnids.txt"))
+  if len(wnids) != NUM_I21K_CLASSES or len(set(wnids)) != NUM_I21K_CLASSES:
+    raise ValueError(
+      f"imagenet21k_wnids.txt must hold {NUM_I21K_CLASSES} distinct wordnet ids, found "
+      f"{len(wnids)} ({len(set(wnids))} distinct)"
+    )
+  return wnids
 
 
 @functools.cache
 def _i1k_map() -> tuple[tuple[int, ...], tuple[str, ...]]:
-    indices, wnids = [], []
-    for line_no, line in enumerate(_read_lines("i21k_to_i1k.txt"), start=1):
-        index, wnid = line.split()
-        indices.append(int(index))
-        wnids.append(wnid)
-        # The wnid column makes the file self-verifying against the 21k order.
-        if int(index) != MISSING and _i21k_wnids()[int(index)] != wnid:
-            raise ValueError(f"i21k_to_i1k.txt line {line_no}: class {index} is not {wnid}")
-    if len(indices) != NUM_I1K_CLASSES:
-        raise ValueError(f"i21k_to_i1k.txt must have {NUM_I1K_CLASSES} lines, has {len(indices)}")
-    return tuple(indices), tuple(wnids)
+  indices, wnids = [], []
+  for line_no, line in enumerate(_read_lines("i21k_to_i1k.txt"), start=1):
+    index, wnid = line.split()
+    indices.append(int(index))
+    wnids.append(wnid)
+    # The wnid column makes the file self-verifying against the 21k order.
+    if int(index) != MISSING and _i21k_wnids()[int(index)] != wnid:
+      raise ValueError(f"i21k_to_i1k.txt line {line_no}: class {index} is not {wnid}")
+  if len(indices) != NUM_I1K_CLASSES:
+    raise ValueError(f"i21k_to_i1k.txt must have {NUM_I1K_CLASSES} lines, has {len(indices)}")
+  return tuple(indices), tuple(wnids)
 
 
 def imagenet21k_wnids() -> list[str]:
-    """The 21,843 wordnet ids in Google's ImageNet-21k class order (index = class id)."""
-    return list(_i21k_wnids())
+  """The 21,843 wordnet ids in Google's ImageNet-21k class order (index = class id)."""
+  return list(_i21k_wnids())
 
 
 def i21k_to_i1k_indices() -> np.ndarray:
-    """int64 ``[1000]``: entry j is the ImageNet-21k class index of ImageNet-1k class j.
+  """int64 ``[1000]``: entry j is the ImageNet-21k class index of ImageNet-1k class j.
 
-    Entry :data:`I1K_ABSENT_CLASS` (850, teddy bear) is :data:`MISSING` (-1). Do not gather
-    with the raw array: -1 would silently pick class 21,842 (numpy wraps negative indices and
-    jax does the same). Mask that column instead, e.g. gather with ``np.maximum(idx, 0)`` and
-    set the logits where ``idx == MISSING`` to ``-inf`` (teddy-bear images then always count
-    as wrong), or drop those images from the evaluation; report which.
-    """
-    return np.array(_i1k_map()[0], dtype=np.int64)
+  Entry :data:`I1K_ABSENT_CLASS` (850, teddy bear) is :data:`MISSING` (-1). Do not gather
+  with the raw array: -1 would silently pick class 21,842 (numpy wraps negative indices and
+  jax does the same). Mask that column instead, e.g. gather with ``np.maximum(idx, 0)`` and
+  set the logits where ``idx == MISSING`` to ``-inf`` (teddy-bear images then always count
+  as wrong), or drop those images from the evaluation; report which.
+  """
+  return np.array(_i1k_map()[0], dtype=np.int64)
