@@ -15,12 +15,9 @@ import math
 
 from absl import app, flags
 
+from big_vision_relu import recipes
 from big_vision_relu import sweep
 from big_vision_relu.models import vit
-
-# Training examples per epoch of the recipes (the paper's datasets; see configs/vit_i*.py).
-EXAMPLES_PER_EPOCH = {"imagenet21k": 14_197_122 - 51_200, "imagenet2012": 1_268_355}
-
 
 def forward_flops_per_image(model_kwargs: dict, image_size: int = 224, channels: int = 3,
                             num_classes: int = 0) -> int:
@@ -41,7 +38,7 @@ def forward_flops_per_image(model_kwargs: dict, image_size: int = 224, channels:
 def run_estimate(run: sweep.Run, load_config, *, peak_tflops: float, mfu: float) -> dict:
   """{'steps', 'train_pflops', 'core_hours'} of one sweep run."""
   config = load_config(run)
-  examples = EXAMPLES_PER_EPOCH[config.input.data.name]
+  examples = recipes.TRAIN_SPLIT_SIZES[(config.input.data.name, config.input.data.split)]
   steps = math.ceil(config.total_epochs * examples / config.input.batch_size - 1e-9)
   flops = 3 * steps * config.input.batch_size * forward_flops_per_image(
       dict(config.model), num_classes=config.num_classes)

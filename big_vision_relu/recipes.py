@@ -27,6 +27,13 @@ I21K_AUGMENTATION = {
 }
 I21K_NUM_CLASSES = 21843
 
+# Training split sizes of the paper's recipes (TFDS), to turn epochs into steps without the
+# data: fall-2011 ImageNet-21k minus the 51,200 held-out images; 99% of imagenet2012 train.
+TRAIN_SPLIT_SIZES = {
+    ("imagenet21k", "full[51200:]"): 14_197_122 - 51_200,
+    ("imagenet2012", "train[:99%]"): 1_268_355,
+}
+
 
 def i21k_train_pp(variant: str, num_classes: int, size: int = 224) -> str:
   """Inception crop + flip (+ RandAugment by model size) as in the i21k recipe."""

@@ -32,7 +32,7 @@ Status of a run:
 - `missing`: no workdir.
 - `finished`: the last logged step is the run's total: config.json's `total_steps`, or its
   `total_epochs` / `total_examples` converted with the trainer's arithmetic
-  (`config.get_steps`) when the training split's size is in `TRAIN_SPLIT_SIZES` (the paper's
+  (`config.get_steps`) when the training split's size is in `recipes.TRAIN_SPLIT_SIZES` (the paper's
   two training splits). When the total is unknown (no config.json, or another dataset): the
   last record holds a metric of every evaluator of config.json's `evals` (the trainer runs all
   of them at the final step). That fallback is a heuristic: it also matches a run that stopped
@@ -62,13 +62,12 @@ import csv
 import dataclasses
 import io
 import json
-import logging
-import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from absl import logging
 from etils import epath
 from matplotlib import ticker, transforms
 from matplotlib.axes import Axes
@@ -76,6 +75,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from big_vision_relu import config as cfg_lib
+from big_vision_relu import recipes
 from big_vision_relu import sweep as sweep_lib
 
 METRICS = ("i1k/prec@1", "fewshot/10shot_avg", "core_hours", "training_loss")
@@ -83,12 +83,6 @@ ACCURACY = "i1k/prec@1"
 FEWSHOT = "fewshot/10shot_avg"
 CORE_HOURS = "core_hours"
 STATUSES = ("missing", "running", "finished")
-# Training split sizes (TFDS) of the paper's recipes, to turn total_epochs into steps:
-# fall-2011 ImageNet-21k minus the 51,200 held-out images, and 99% of imagenet2012 train.
-TRAIN_SPLIT_SIZES = {
-    ("imagenet21k", "full[51200:]"): 14_197_122 - 51_200,
-    ("imagenet2012", "train[:99%]"): 1_268_355,
-}
 _MARKDOWN_HEADERS = {ACCURACY: "i1k acc", FEWSHOT: "10-shot avg", CORE_HOURS: "core hours",
                      "training_loss": "train loss"}
 _MAX_READERS = 16
@@ -155,11 +149,11 @@ def total_steps(config: Mapping[str, Any]) -> int | None:
   if config.get("total_steps") is not None:
     return int(config["total_steps"])
   data = config.get("input", {}).get("data", {})
-  size = TRAIN_SPLIT_SIZES.get((data.get("name"), data.get("split")))
+  size = recipes.TRAIN_SPLIT_SIZES.get((data.get("name"), data.get("split")))
   batch_size = config.get("input", {}).get("batch_size")
   if not batch_size:
     return None
-  try:  # raises for total_epochs of a split not in TRAIN_SPLIT_SIZES, or no total at all
+  try:  # raises for total_epochs of a split not in recipes.TRAIN_SPLIT_SIZES, or no total at all
     return cfg_lib.get_steps(config, "total", total_steps=None, required=True,
                              steps_per_epoch=size / batch_size if size else None,
                              batch_size=batch_size)
@@ -265,8 +259,8 @@ def to_markdown(rows: Sequence[Row], title: str = "") -> str:
   keys = _arg_keys(rows)
   counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
   lines = [f"# {title}", ""] if title else []
-  lines += [f"{len(rows)} runs: {counts['finished']} finished, {counts['running']} running, "
-            f"{counts['missing']} missing. Values are the last logged ones.", ""]
+  lines += [(f"{len(rows)} runs: {counts['finished']} finished, {counts['running']} running, "
+             f"{counts['missing']} missing. Values are the last logged ones."), ""]
   header = ["run", "dataset", *keys, "status", "step", *(_MARKDOWN_HEADERS.get(m, m)
                                                           for m in METRICS)]
   lines.append("| " + " | ".join(header) + " |")
@@ -286,8 +280,9 @@ def to_markdown(rows: Sequence[Row], title: str = "") -> str:
 
 _COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
            "tab:pink", "tab:olive", "tab:cyan", "tab:gray")
-_NOTE = ("filled marker: finished   hollow marker: running (last logged value)   "
-         "x on the x axis: no value (run missing or not evaluated yet)")
+_NOTE = "filled marker: finished   hollow marker: running (last logged value)   "
+_NOTE_X = "x on the x axis: no value (run missing or not evaluated yet)"
+_NOTE_LIST = "runs without a value are listed in the panel"
 VARIANTS_ALPHA = ("S/32", "S/16", "S/8")
 
 
@@ -325,9 +320,10 @@ def _draw_points(ax: Axes, points: Sequence[tuple[float, float, Row]], *, color:
 
 
 def _mark_missing_x(ax: Axes, xs: Sequence[float], color: str) -> None:
-  """Crosses on the x axis (data x, axes y = 0) at runs with no value."""
+  """Crosses on the x axis (data x, axes y = 0) at the runs with no value; where several
+  series miss the same x the last one drawn shows (the title has the count)."""
   if xs:
-    ax.scatter(xs, [0.0] * len(xs), marker="x", s=40, color=color, clip_on=False, zorder=4,
+    ax.scatter(xs, [0.0] * len(xs), marker="x", s=30, color=color, clip_on=False, zorder=4,
                transform=transforms.blended_transform_factory(ax.transData, ax.transAxes),
                gid="missing")
 
@@ -337,10 +333,12 @@ def _percent_axis(ax: Axes) -> None:
   ax.grid(True, alpha=0.3)
 
 
-def _finish_figure(figure: Figure, title: str, handles_from: Axes, ncol: int) -> None:
+def _finish_figure(figure: Figure, title: str, handles_from: Axes, ncol: int,
+                   note: str = _NOTE_X) -> None:
+  """Suptitle, and a legend below the panels headed by the marker conventions."""
   handles, labels = handles_from.get_legend_handles_labels()
   legend = figure.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False,
-                         title=_NOTE, title_fontsize=7)
+                         title=_NOTE + note, title_fontsize=7)
   legend.get_title().set_color("0.35")
   figure.suptitle(title)
 
@@ -352,7 +350,7 @@ def plot_fig1(rows: Sequence[Row], title: str = "fig1") -> Figure:
   axes = figure.subplots(1, 2)
   attentions = _ordered(r.args["attention"] for r in rows)
   panels = ((ACCURACY, "ImageNet-1k accuracy"), (FEWSHOT, "10-shot linear transfer (avg of 8)"))
-  for ax, (metric, ylabel) in zip(axes, panels):
+  for ax, (metric, ylabel) in zip(axes, panels, strict=True):
     missing = []
     for i, attention in enumerate(attentions):
       points = []
@@ -361,7 +359,7 @@ def plot_fig1(rows: Sequence[Row], title: str = "fig1") -> Figure:
           continue
         x, y = row.value(CORE_HOURS), row.value(metric)
         if x is None or y is None or x <= 0:
-          missing.append(f"{_label(attention)} {row.args['variant']}")
+          missing.append((attention, row.args["variant"]))
         else:
           points.append((x, y, row))
       points.sort(key=lambda p: p[0])
@@ -371,14 +369,22 @@ def plot_fig1(rows: Sequence[Row], title: str = "fig1") -> Figure:
         ax.annotate(row.args["variant"], (x, y), textcoords="offset points", xytext=(4, -10),
                     fontsize=7, color=color)
     if missing:
-      ax.text(0.02, 0.98, "no value: " + ", ".join(missing), transform=ax.transAxes,
-              va="top", fontsize=7, color="0.3", wrap=True, gid="missing")
+      note = ax.text(0.98, 0.02, "no value:\n" + "\n".join(
+          f"{_label(a)}: " + ", ".join(v for b, v in missing if b == a)
+          for a in _ordered(a for a, _ in missing)), transform=ax.transAxes, ha="right",
+                     va="bottom", fontsize=7, color="0.3", gid="missing", zorder=1.5,
+                     bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.7})
+      note.set_in_layout(False)
     ax.set_xscale("log")
+    ax.margins(x=0.1, y=0.08)
+    ax.xaxis.set_major_formatter(ticker.LogFormatter())
+    ax.xaxis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False,
+                                                     minor_thresholds=(2, 0.5)))
     ax.set_xlabel("TPU core hours")
     ax.set_ylabel(ylabel)
     ax.set_title(_missing_title(ylabel, len(missing)), fontsize=10)
     _percent_axis(ax)
-  _finish_figure(figure, title, axes[0], ncol=len(attentions))
+  _finish_figure(figure, title, axes[0], ncol=len(attentions), note=_NOTE_LIST)
   return figure
 
 
@@ -485,9 +491,10 @@ def figure_kind(name: str) -> str | None:
 
 
 def plot_sweep(name: str, rows: Sequence[Row]) -> Figure | None:
-  """The figure of the sweep called `name` (by its figure number), None for other sweeps."""
+  """The figure of the sweep called `name` (by its figure number), None for other sweeps (or
+  no rows)."""
   kind = figure_kind(name)
-  return PLOTS[kind](rows, name) if kind else None
+  return PLOTS[kind](rows, name) if kind and rows else None
 
 
 # --------------------------------------------------------------------------------------- CLI
