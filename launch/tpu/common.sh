@@ -32,12 +32,20 @@ fi
 LAUNCH_TPU_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "${LAUNCH_TPU_DIR}/../.." && pwd)"
 SCRIPT_NAME="launch/tpu/$(basename "$0")"
-REMOTE_DIR='~/big_vision_relu'  # expanded by the workers' shell, never here
+# shellcheck disable=SC2034,SC2088  # used by the scripts; the workers' shell expands the ~
+REMOTE_DIR='~/big_vision_relu'
 
 TPU_VERSION="${TPU_VERSION:-tpu-ubuntu2204-base}"
 QUEUED="${QUEUED:-0}"
 SPOT="${SPOT:-0}"
 DRY_RUN="${DRY_RUN:-0}"
+for _flag in DRY_RUN QUEUED SPOT; do
+  if [[ ${!_flag} != 0 && ${!_flag} != 1 ]]; then
+    echo "error: ${_flag} must be 0 or 1 (or unset), not '${!_flag}'" >&2
+    exit 2
+  fi
+done
+unset _flag
 BUCKET="${BUCKET:-}"
 BUCKET="${BUCKET#gs://}"
 BUCKET="${BUCKET%/}"
@@ -49,8 +57,8 @@ declare -A VAR_HELP=(
   [ZONE]="zone of the TPU VM (v3: europe-west4-a, us-central1-a; v4: us-central2-b)|europe-west4-a"
   [BUCKET]="GCS bucket for datasets and runs, ideally in the TPU's region|my-bucket"
   [TPU_TYPE]="accelerator type: v3-32 is a pod slice of 4 hosts, v3-8 a single host|v3-32"
-  [MANUAL_DIR]="directory (gs:// or on worker 0) of ImageNet-21k's per-synset tars n*.tar|gs://my-bucket/imagenet21k_tars"
-  [IMAGENET2012_MANUAL_DIR]="directory (gs:// or on worker 0) holding ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar|gs://my-bucket/imagenet2012_tars"
+  [MANUAL_DIR]="imagenet21k is a manual download (fall11_whole.tar from image-net.org, after accepting its terms); this is the directory (gs://... or on worker 0) of its unpacked per-synset tars n*.tar (tar xf fall11_whole.tar -C DIR)|gs://my-bucket/imagenet21k_tars"
+  [IMAGENET2012_MANUAL_DIR]="imagenet2012 is a manual download too (image-net.org, after accepting its terms; TFDS cannot fetch it); this is the directory (gs://... or on worker 0) holding ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar|gs://my-bucket/imagenet2012_tars"
 )
 
 die() {  # die MESSAGE...: print "error: MESSAGE" to stderr and exit 1
@@ -61,7 +69,7 @@ die() {  # die MESSAGE...: print "error: MESSAGE" to stderr and exit 1
 usage() {  # prints the calling script's header comment (from line 2 to the first non-comment)
   local line
   while IFS= read -r line; do
-    [[ $line == '#!'* ]] && continue
+    [[ $line == '#!'* || $line == '# shellcheck '* ]] && continue
     [[ $line == '#'* ]] || break
     line="${line#\#}"
     printf '%s\n' "${line# }"
@@ -100,6 +108,7 @@ parse_args() {
       if [[ -z ${known} ]]; then
         usage_error "unknown option '${arg}'"
       elif [[ ${known} == -- ]]; then
+        # shellcheck disable=SC2034  # read by the scripts that accept `--`
         PASSTHROUGH=("$@")
         break
       elif [[ ${known} == *= ]]; then
@@ -123,7 +132,6 @@ parse_args() {
       POSITIONAL+=("${arg}")
     fi
   done
-  [[ ${DRY_RUN} == 0 || ${DRY_RUN} == 1 ]] || die "DRY_RUN must be 0 or 1, not '${DRY_RUN}'"
 }
 
 # require VAR...: checks all the variables first, then reports every missing one together
@@ -208,9 +216,7 @@ need_gcloud() {  # fails early, and only when commands will really run
     die "gcloud not found on PATH: install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install), then 'gcloud auth login'; or add --dry-run to only print the commands"
 }
 
-# gcloud commands on the TPU VM $TPU_NAME (or VM=name to override).
-zone_flags() { printf '%s\n' "--zone=${ZONE}" "--project=${PROJECT}"; }
-
+# ssh / scp to the TPU VM $VM (default $TPU_NAME).
 tpu_ssh() {  # tpu_ssh WORKER COMMAND: runs COMMAND (one shell line) on worker WORKER or "all"
   run_cmd gcloud compute tpus tpu-vm ssh "${VM:-${TPU_NAME}}" "--zone=${ZONE}" \
     "--project=${PROJECT}" "--worker=$1" "--command=$2"
@@ -221,10 +227,15 @@ tpu_scp() {  # tpu_scp LOCAL_FILE REMOTE_PATH WORKER: copies to the home dir of 
     "--zone=${ZONE}" "--project=${PROJECT}"
 }
 
+# What runs on the workers, as `pgrep -f` patterns: a trainer, and a sweep loop script. They
+# are anchored at the start of the command line, so they never match the ssh shell (`bash -c
+# ...`) whose command mentions them.
+TRAIN_PATTERN='^[^ ]*python[^ ]* -m big_vision_relu[.]train '
+SWEEP_PATTERN='^bash [^ ]*/sweeps/[^ ]*[.]sh'
 # Remote shell snippet: refuses to start when this worker already runs a trainer or a sweep
-# loop (two programs cannot share the TPU). The patterns are anchored at the start of the
-# process's command line, so they never match the ssh shell running this very check.
-REMOTE_BUSY_CHECK='if pgrep -f "^[^ ]*python[^ ]* -m big_vision_relu[.]train |^bash [^ ]*/sweeps/[^ ]*[.]sh" > /dev/null; then echo "$(hostname): busy, a training run or sweep is running here:" >&2; pgrep -af "^[^ ]*python[^ ]* -m big_vision_relu[.]train |^bash [^ ]*/sweeps/[^ ]*[.]sh" >&2; echo "wait for it, or stop it: bash launch/tpu/stop.sh" >&2; exit 1; fi'
+# loop (two programs cannot share the TPU).
+# shellcheck disable=SC2034  # used by run.sh and sweep.sh
+REMOTE_BUSY_CHECK="if pgrep -f \"${TRAIN_PATTERN}|${SWEEP_PATTERN}\" > /dev/null; then echo \"\$(hostname): busy, already running:\" >&2; pgrep -af \"${TRAIN_PATTERN}|${SWEEP_PATTERN}\" >&2; echo \"wait for it, or stop it: bash launch/tpu/stop.sh\" >&2; exit 1; fi"
 
 gcs_data_dir() { printf 'gs://%s/tensorflow_datasets\n' "${BUCKET}"; }
 gcs_runs_dir() { printf 'gs://%s/runs\n' "${BUCKET}"; }

@@ -1,0 +1,680 @@
+"""launch/tpu/*.sh: the gcloud commands each script prints with --dry-run, its errors, and what
+the remote commands do on the workers.
+
+Dry runs get a PATH holding a few coreutils and no gcloud, so they cannot call it. The last
+tests put a fake `gcloud` first on PATH instead: its `tpu-vm ssh` runs the remote command with
+bash in a local directory per worker (its HOME) and its `tpu-vm scp` copies there, so the remote
+shell lines (quoting, nohup/background, the busy check, the sweep loop) really run. There a fake
+trainer records its arguments and a `pgrep` wrapper only sees the fake workers' processes.
+"""
+import functools
+import os
+import pathlib
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from conftest import ROOT
+
+TPU_DIR = ROOT / "launch" / "tpu"
+SCRIPTS = ("common.sh", "create.sh", "setup.sh", "data.sh", "run.sh", "sweep.sh", "status.sh",
+           "logs.sh", "stop.sh", "delete.sh")
+BASH = shutil.which("bash")
+ENV = {"TPU_NAME": "relu-test", "PROJECT": "proj", "ZONE": "europe-west4-a", "BUCKET": "bucket",
+       "TPU_TYPE": "v3-32"}
+ZP = ["--zone=europe-west4-a", "--project=proj"]
+LOCAL_TOOLS = ("dirname", "basename", "mktemp", "rm", "tar", "gzip", "python3")
+FIG1 = "configs/paper/fig1.py"
+FEWSHOT = ("caltech_birds2011", "caltech101", "cars196", "cifar100", "dtd", "colorectal_histology",
+           "oxford_iiit_pet", "uc_merced")
+DATA_DIR = "gs://bucket/tensorflow_datasets"
+
+
+@pytest.fixture(scope="module")
+def local_bin(tmp_path_factory) -> pathlib.Path:
+  """A PATH directory with only the tools the scripts use locally: no gcloud."""
+  path = tmp_path_factory.mktemp("local_bin")
+  for tool in LOCAL_TOOLS:
+    found = shutil.which(tool)
+    assert found, tool
+    (path / tool).symlink_to(found)
+  assert not (path / "gcloud").exists()
+  return path
+
+
+@pytest.fixture
+def sh(local_bin, tmp_path):
+  """sh(script, *args, env={...}, path_prefix=None) runs launch/tpu/<script> with bash.
+
+  The environment is ENV plus `env` (a None value unsets a variable), nothing inherited.
+  """
+  home = tmp_path / "home"
+  home.mkdir()
+
+  def run(script, *args, env=None, path_prefix=None, timeout=30):
+    full_env = {"PATH": str(local_bin), "HOME": str(home), "TMPDIR": str(tmp_path), **ENV}
+    if path_prefix:
+      full_env["PATH"] = f"{path_prefix}:{local_bin}"
+    for key, value in (env or {}).items():
+      if value is None:
+        full_env.pop(key, None)
+      else:
+        full_env[key] = value
+    return subprocess.run([BASH, str(TPU_DIR / script), *args], env=full_env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+  return run
+
+
+def commands(result) -> list[list[str]]:
+  """The `+ ` lines of a dry run, each parsed back into its argument list."""
+  return [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
+
+
+def nothing_run(result) -> bool:
+  """No `+ ` line (a command printed as run or as to be run) on stdout or stderr."""
+  return not any(line.startswith("+ ") for line in (result.stdout + result.stderr).splitlines())
+
+
+def remote(argv: list[str]) -> str:
+  """The --command of a `gcloud compute tpus tpu-vm ssh` argument list."""
+  [command] = [a.removeprefix("--command=") for a in argv if a.startswith("--command=")]
+  return command
+
+
+def assert_bash_syntax(code: str) -> None:
+  result = subprocess.run([BASH, "-n", "-c", code], capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr
+
+
+def ssh(vm: str, worker: str, command: str) -> list[str]:
+  return ["gcloud", "compute", "tpus", "tpu-vm", "ssh", vm, *ZP, f"--worker={worker}",
+          f"--command={command}"]
+
+
+@functools.cache
+def fig1_runs() -> list[tuple[str, str]]:
+  """(run id, --config value) of fig1, from the sweep module itself."""
+  out = subprocess.run([sys.executable, "-m", "big_vision_relu.sweep", FIG1, "--list"], cwd=ROOT,
+                       capture_output=True, text=True, check=True).stdout
+  runs = [tuple(line.split("\t")) for line in out.splitlines()]
+  assert len(runs) == 10
+  return runs
+
+
+def sweep_scripts(result) -> dict[str, list[list[str]]]:
+  """The loop scripts a sweep dry run prints, by VM: their `run ID CONFIG WORKDIR` lines."""
+  scripts, text = {}, {}
+  vm = None
+  for line in result.stdout.splitlines():
+    if line.startswith("# loop script for "):
+      vm = line.split()[4]
+      text[vm] = []
+    elif line.startswith("#| "):
+      text[vm].append(line[3:])
+  for vm, lines in text.items():
+    assert_bash_syntax("\n".join(lines))
+    scripts[vm] = [shlex.split(line)[1:] for line in lines if line.startswith("  run ")]
+  return scripts
+
+
+# ------------------------------------------------------------------------------------------------
+# Static checks.
+
+def test_scripts_exist_and_parse():
+  for name in SCRIPTS:
+    result = subprocess.run([BASH, "-n", str(TPU_DIR / name)], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, (name, result.stderr)
+
+
+@pytest.mark.skipif(not shutil.which("shellcheck"), reason="shellcheck not installed")
+def test_shellcheck_clean():
+  result = subprocess.run(["shellcheck", "-x", *SCRIPTS], cwd=TPU_DIR, capture_output=True,
+                          text=True, check=False)
+  assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if s != "common.sh"])
+def test_help_needs_no_configuration(sh, script):
+  result = sh(script, "--help", env=dict.fromkeys(ENV))
+  assert result.returncode == 0, result.stderr
+  assert f"bash launch/tpu/{script}" in result.stdout
+  assert nothing_run(result)
+
+
+# ------------------------------------------------------------------------------------------------
+# Dry runs: the exact commands.
+
+def test_create(sh):
+  result = sh("create.sh", "--dry-run")
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.splitlines()[0] == (
+      "+ gcloud compute tpus tpu-vm create relu-test --zone=europe-west4-a --project=proj "
+      "--accelerator-type=v3-32 --version=tpu-ubuntu2204-base")
+  assert len(commands(result)) == 1
+
+  spot = sh("create.sh", "--dry-run", env={"SPOT": "1", "TPU_VERSION": "v2-alpha-tpuv5"})
+  assert commands(spot) == [["gcloud", "compute", "tpus", "tpu-vm", "create", "relu-test", *ZP,
+                             "--accelerator-type=v3-32", "--version=v2-alpha-tpuv5", "--spot"]]
+
+  queued = sh("create.sh", "--dry-run", env={"QUEUED": "1", "SPOT": "1"})
+  assert commands(queued) == [[
+      "gcloud", "compute", "tpus", "queued-resources", "create", "relu-test",
+      "--node-id=relu-test", "--accelerator-type=v3-32", "--runtime-version=tpu-ubuntu2204-base",
+      *ZP, "--spot"]]
+
+
+def test_dry_run_from_the_environment(sh):
+  assert commands(sh("create.sh", env={"DRY_RUN": "1"})) == commands(sh("create.sh", "--dry-run"))
+
+
+def test_delete_asks_unless_yes(sh):
+  base = ["gcloud", "compute", "tpus", "tpu-vm", "delete", "relu-test", *ZP]
+  assert commands(sh("delete.sh", "--dry-run")) == [base]
+  assert commands(sh("delete.sh", "--dry-run", "--yes")) == [[*base, "--quiet"]]
+  queued = ["gcloud", "compute", "tpus", "queued-resources", "delete", "relu-test", *ZP, "--force"]
+  assert commands(sh("delete.sh", "--dry-run", env={"QUEUED": "1"})) == [queued]
+  assert commands(sh("delete.sh", "--yes", "--dry-run", env={"QUEUED": "1"})) == [
+      [*queued, "--quiet"]]
+
+
+def test_setup_copies_the_tree_and_installs_on_every_worker(sh, tmp_path):
+  result = sh("setup.sh", "--dry-run")
+  assert result.returncode == 0, result.stderr
+  tar, scp, rm, install = commands(result)
+  tarball = str(tmp_path / "big_vision_relu-relu-test.tar.gz")
+  assert tar[:3] == ["tar", "-czf", tarball] and tar[-3:] == ["-C", str(ROOT), "."]
+  for excluded in (".git", ".venv", "./workdirs", "__pycache__", "*.egg-info"):
+    assert f"--exclude={excluded}" in tar
+  assert scp == ["gcloud", "compute", "tpus", "tpu-vm", "scp", tarball,
+                 "relu-test:big_vision_relu.tar.gz", "--worker=all", *ZP]
+  assert rm == ["rm", "-f", tarball]
+  command = remote(install)
+  assert install == ssh("relu-test", "all", command)
+  assert "cd ~/big_vision_relu;" in command
+  assert '"$py" -m venv .venv' in command
+  assert '.venv/bin/python -m pip install -q -e ".[tpu]"' in command
+  assert "install -y python3.11 python3.11-venv" in command  # tpu-ubuntu2204-base has 3.10
+  assert_bash_syntax(command)
+
+
+def test_run_starts_the_trainer_on_all_workers_in_the_background(sh):
+  result = sh("run.sh", "configs/vit_i21k.py:variant=S/16,attention=relu", "s16_relu",
+              "--dry-run", "--", "--config.lr=3e-3")
+  assert result.returncode == 0, result.stderr
+  [argv] = commands(result)
+  command = remote(argv)
+  assert argv == ssh("relu-test", "all", command)
+  assert_bash_syntax(command)
+  assert "cd ~/big_vision_relu;" in command
+  assert ("TFDS_DATA_DIR=gs://bucket/tensorflow_datasets nohup .venv/bin/python -m "
+          "big_vision_relu.train --config configs/vit_i21k.py:variant=S/16,attention=relu "
+          "--workdir gs://bucket/runs/s16_relu --config.lr=3e-3 >> ~/logs/s16_relu.log 2>&1 "
+          "< /dev/null &") in command
+  assert "busy" in command
+
+
+def test_run_argument_errors(sh):
+  for args in ([], ["configs/vit_i21k.py"], ["configs/vit_i21k.py", "a", "b"],
+               ["configs/vit_i21k.py", "a/b"], ["configs/nope.py", "x"],
+               ["configs/vit_i21k.py", "x", "--config.lr=1"]):
+    result = sh("run.sh", *args, "--dry-run")
+    assert result.returncode == 2, args
+    assert result.stderr.startswith("error: "), args
+    assert nothing_run(result)
+
+
+def test_sweep_fig1_on_one_vm(sh):
+  result = sh("sweep.sh", FIG1, "--dry-run")
+  assert result.returncode == 0, result.stderr
+  runs = fig1_runs()
+  assert sweep_scripts(result) == {"relu-test": [
+      [run_id, config, f"gs://bucket/runs/fig1/{run_id}"] for run_id, config in runs]}
+  for run_id, _ in runs:
+    assert f"gs://bucket/runs/fig1/{run_id}" in result.stdout
+  scp, start = commands(result)
+  assert scp[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "scp"]
+  assert scp[5].endswith("/fig1-relu-test.sh")
+  assert scp[6:] == ["relu-test:big_vision_relu-sweep-fig1.sh.new", "--worker=all", *ZP]
+  command = remote(start)
+  assert start == ssh("relu-test", "all", command)
+  assert_bash_syntax(command)
+  assert ("mv -f ~/big_vision_relu-sweep-fig1.sh.new ~/sweeps/fig1.sh; nohup bash "
+          "~/sweeps/fig1.sh >> ~/logs/fig1.log 2>&1 < /dev/null &") in command
+  assert "TFDS_DATA_DIR=gs://bucket/tensorflow_datasets" in result.stdout
+
+
+@pytest.mark.parametrize("vms_args", [["--vms", "tpu-a,tpu-b"], ["--vms=tpu-a,tpu-b"]])
+def test_sweep_round_robin_over_two_vms(sh, vms_args):
+  result = sh("sweep.sh", FIG1, *vms_args, "--dry-run", env={"TPU_NAME": None})
+  assert result.returncode == 0, result.stderr
+  runs = [[run_id, config, f"gs://bucket/runs/fig1/{run_id}"] for run_id, config in fig1_runs()]
+  assert sweep_scripts(result) == {"tpu-a": runs[0::2], "tpu-b": runs[1::2]}
+  targets = [(argv[4], argv[5]) for argv in commands(result)]
+  assert [t[0] for t in targets] == ["scp", "ssh", "scp", "ssh"]
+  assert [t[1] for t in targets[1::2]] == ["tpu-a", "tpu-b"]
+  for argv in commands(result):
+    assert "--worker=all" in argv
+
+
+def test_sweep_three_vms_and_errors(sh):
+  result = sh("sweep.sh", FIG1, "--vms", "a1,b2,c3", "--dry-run")
+  assert [len(v) for v in sweep_scripts(result).values()] == [4, 3, 3]
+  for args in ([], [FIG1, FIG1], ["configs/paper/nope.py"], [FIG1, "--vms"],
+               [FIG1, "--vms", "Bad_Name"]):
+    result = sh("sweep.sh", *args, "--dry-run")
+    assert result.returncode != 0, args
+    assert nothing_run(result)
+
+
+def test_data_paper_on_worker_0(sh):
+  result = sh("data.sh", "paper", "--dry-run", env={"IMAGENET2012_MANUAL_DIR": "gs://bucket/i1k"})
+  assert result.returncode == 0, result.stderr
+  [argv] = commands(result)
+  command = remote(argv)
+  assert argv == ssh("relu-test", "0", command)
+  assert_bash_syntax(command)
+  assert (f"prep imagenet2012 .venv/bin/tfds build imagenet2012 --data_dir={DATA_DIR} "
+          f"--file_format=array_record --manual_dir=gs://bucket/i1k;") in command
+  for name in ("imagenet_v2", *FEWSHOT):
+    assert (f"prep {name} .venv/bin/tfds build {name} --data_dir={DATA_DIR} "
+            f"--file_format=array_record;") in command
+  assert command.count("tfds build") == 10
+  assert "imagenet21k" not in command
+  assert ">> ~/logs/data.log 2>&1 < /dev/null &" in command
+
+
+def test_data_imagenet21k_from_manual_tars(sh):
+  result = sh("data.sh", "imagenet21k", "cifar100", "cifar100", "--dry-run",
+              env={"MANUAL_DIR": "gs://bucket/i21k tars"})
+  assert result.returncode == 0, result.stderr
+  command = remote(commands(result)[0])
+  assert_bash_syntax(command)
+  assert ("prep imagenet21k .venv/bin/python -m big_vision_relu.data.imagenet21k "
+          f"'--manual_dir=gs://bucket/i21k tars' --data_dir={DATA_DIR};") in command
+  assert command.count("tfds build cifar100") == 1
+
+
+def test_data_manual_downloads_are_explained(sh):
+  result = sh("data.sh", "paper", "imagenet21k", "--dry-run", env={"PROJECT": None})
+  assert result.returncode == 2
+  error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+  assert len(error_lines) == 1
+  assert error_lines[0].endswith("missing: PROJECT IMAGENET2012_MANUAL_DIR MANUAL_DIR")
+  assert "imagenet2012 is a manual download" in result.stderr
+  assert "ILSVRC2012_img_train.tar" in result.stderr
+  assert "fall11_whole.tar" in result.stderr
+  assert nothing_run(result)
+  for args in ([], ["not a name"], ["cifar100", "--bogus"]):
+    assert sh("data.sh", *args, "--dry-run").returncode == 2
+
+
+def test_status_logs_stop(sh):
+  status = commands(sh("status.sh", "--dry-run"))
+  assert status[0] == ["gcloud", "compute", "tpus", "tpu-vm", "list", *ZP]
+  assert status[1][:6] == ["gcloud", "compute", "tpus", "tpu-vm", "describe", "relu-test"]
+  assert status[2] == ssh("relu-test", "0", remote(status[2]))
+  assert "tail -n 5" in remote(status[2])
+  queued = commands(sh("status.sh", "--dry-run", "--lines", "9", env={"QUEUED": "1"}))
+  assert queued[0] == ["gcloud", "compute", "tpus", "queued-resources", "describe", "relu-test",
+                       *ZP]
+  assert "tail -n 9" in remote(queued[3])
+
+  assert commands(sh("logs.sh", "fig1", "--worker", "1", "--lines=7", "--dry-run")) == [
+      ssh("relu-test", "1", "tail -n 7 -F ~/logs/fig1.log")]
+  [newest] = commands(sh("logs.sh", "--dry-run"))
+  assert newest == ssh("relu-test", "0", remote(newest))
+  assert "ls -t ~/logs/*.log" in remote(newest)
+
+  [stop] = commands(sh("stop.sh", "--dry-run"))
+  assert stop == ssh("relu-test", "all", remote(stop))
+  assert "kill -TERM" in remote(stop)
+  for argv in (status[2], newest, stop):
+    assert_bash_syntax(remote(argv))
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors: before anything runs.
+
+REQUIRED = {
+    "create.sh": ([], ["TPU_NAME", "PROJECT", "ZONE", "TPU_TYPE"]),
+    "setup.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
+    "data.sh": (["cifar100"], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET"]),
+    "run.sh": (["configs/vit_i21k.py", "x"], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET"]),
+    "sweep.sh": ([FIG1], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET"]),
+    "status.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
+    "logs.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
+    "stop.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
+    "delete.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
+}
+
+
+@pytest.mark.parametrize("script", sorted(REQUIRED))
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_missing_variables_are_reported_together(sh, script, dry_run):
+  args, required = REQUIRED[script]
+  result = sh(script, *args, *(["--dry-run"] if dry_run else []), env=dict.fromkeys(ENV))
+  assert result.returncode == 2
+  error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+  assert error_lines == [(f"error: launch/tpu/{script} needs these environment variables to be "
+                          f"set; missing: {' '.join(required)}")]
+  for name in required:
+    assert f"\n  {name} " in result.stderr  # what it is
+  [export] = [line for line in result.stderr.splitlines() if line.startswith("  export ")]
+  assert [word.split("=")[0] for word in export.split()[1:]] == required  # an example to copy
+  assert nothing_run(result)
+
+
+@pytest.mark.parametrize("script", sorted(REQUIRED))
+def test_unknown_arguments_are_rejected(sh, script):
+  args, _ = REQUIRED[script]
+  for bad in (["--bogus"], ["--dry-run=1"], ["-x"]):
+    result = sh(script, *args, *bad, "--dry-run")
+    assert result.returncode == 2, (script, bad)
+    assert result.stderr.startswith("error: "), (script, bad)
+    assert nothing_run(result)
+  if script not in ("data.sh", "run.sh", "sweep.sh", "logs.sh"):
+    result = sh(script, *args, "extra", "--dry-run")
+    assert result.returncode == 2 and "unexpected argument 'extra'" in result.stderr
+
+
+def test_invalid_values_are_rejected(sh):
+  for env in ({"TPU_NAME": "Bad_Name"}, {"ZONE": "europe"}, {"TPU_TYPE": "big"},
+              {"DRY_RUN": "yes"}, {"QUEUED": "true"}, {"SPOT": "2"}):
+    result = sh("create.sh", "--dry-run", env=env)
+    assert result.returncode != 0, env
+    assert nothing_run(result)
+  assert "gs://bucket/runs/x" in sh("run.sh", "configs/vit_i21k.py", "x", "--dry-run",
+                                    env={"BUCKET": "gs://bucket/"}).stdout
+
+
+def test_without_gcloud_a_real_run_stops_before_anything(sh):
+  result = sh("create.sh")
+  assert result.returncode == 1
+  assert "gcloud not found" in result.stderr
+  assert nothing_run(result)
+
+
+# ------------------------------------------------------------------------------------------------
+# The remote commands, run by a fake gcloud on local "workers".
+
+FAKE_GCLOUD = '''#!{python}
+"""Fake gcloud: tpu-vm ssh runs --command with bash per worker (HOME = its dir); scp copies."""
+import json, os, pathlib, shutil, subprocess, sys
+root = pathlib.Path(os.environ["FAKE_ROOT"])
+args = sys.argv[1:]
+with open(root / "calls.jsonl", "a") as f:
+  f.write(json.dumps(args) + "\\n")
+flags = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+pos = [a for a in args if not a.startswith("--")]
+
+def workers(vm):
+  if vm.startswith("down-"):  # an unreachable VM
+    sys.exit(255)
+  ids = range(int(os.environ["FAKE_WORKERS"])) if flags["--worker"] == "all" else [
+      int(flags["--worker"])]
+  for i in ids:
+    home = root / vm / f"w{{i}}"
+    home.mkdir(parents=True, exist_ok=True)
+    yield i, home
+
+if pos[:4] == ["compute", "tpus", "tpu-vm", "ssh"]:  # all workers at once, like gcloud
+  procs = []
+  for i, home in workers(pos[4]):
+    env = dict(os.environ, HOME=str(home), PATH=os.environ["FAKE_WORKER_PATH"],
+               FAKE_WORKER=f"{{os.environ['FAKE_TOKEN']}}-{{pos[4]}}-w{{i}}")
+    procs.append(subprocess.Popen(["bash", "-c", flags["--command"]], cwd=home, env=env,
+                                  stdin=subprocess.DEVNULL))
+  sys.exit(max(p.wait() for p in procs))
+if pos[:4] == ["compute", "tpus", "tpu-vm", "scp"]:
+  vm, path = pos[5].split(":", 1)
+  for i, home in workers(vm):
+    shutil.copy(pos[4], home / path)
+'''
+
+# pgrep restricted to processes started by the fake workers: this machine may run real trainers.
+FAKE_PGREP = '''#!/bin/bash
+out=$({pgrep} "$@") || exit 1
+status=1
+while read -r pid rest; do
+  if tr '\\0' '\\n' < "/proc/$pid/environ" 2> /dev/null | grep -qxF "FAKE_WORKER=$FAKE_WORKER"; then
+    echo "$pid${{rest:+ $rest}}"
+    status=0
+  fi
+done <<< "$out"
+exit $status
+'''
+
+# Fake trainers (`.venv/bin/python -m big_vision_relu.train ARGS`). Both append a line
+# `event<TAB>pid<TAB>cwd<TAB>TFDS_DATA_DIR<TAB>arg<TAB>arg...` to ~/train_calls.tsv and exit 3
+# when FAKE_TRAIN_FAIL is in their arguments. The bash one is fast; the Python one is a real
+# python process (so its command line is a trainer's, for the busy check), sleeps
+# FAKE_TRAIN_SECONDS and records a SIGTERM (then exits 0, like the real trainer).
+FAKE_TRAIN_BASH = '''#!/bin/bash
+[ "$1 $2" = "-m big_vision_relu.train" ] || exit 99
+shift 2
+(IFS=$'\\t'; echo "start$IFS$$$IFS$PWD$IFS${TFDS_DATA_DIR-}$IFS$*") >> "$HOME/train_calls.tsv"
+if [ -n "${FAKE_TRAIN_FAIL-}" ] && [[ " $* " == *"$FAKE_TRAIN_FAIL"* ]]; then exit 3; fi
+'''
+
+FAKE_TRAIN_PY = '''import os, signal, sys, time
+
+def record(event, *args):
+  fields = [event, str(os.getpid()), os.getcwd(), os.environ.get("TFDS_DATA_DIR", ""), *args]
+  with open(os.path.join(os.environ["HOME"], "train_calls.tsv"), "a") as f:
+    f.write("\\t".join(fields) + "\\n")
+
+def on_sigterm(*_):
+  record("sigterm")
+  sys.exit(0)
+
+signal.signal(signal.SIGTERM, on_sigterm)
+record("start", *sys.argv[1:])
+time.sleep(float(os.environ.get("FAKE_TRAIN_SECONDS", "0")))
+fail = os.environ.get("FAKE_TRAIN_FAIL")
+sys.exit(3 if fail and fail in " ".join(sys.argv) else 0)
+'''
+
+
+class FakeCloud:
+  def __init__(self, tmp_path: pathlib.Path):
+    self.root = tmp_path / "cloud"
+    self.root.mkdir()
+    self.bin = tmp_path / "cloud_bin"
+    self.bin.mkdir()
+    worker_bin = tmp_path / "worker_bin"
+    worker_bin.mkdir()
+    gcloud = self.bin / "gcloud"
+    gcloud.write_text(FAKE_GCLOUD.format(python=sys.executable))
+    gcloud.chmod(0o755)
+    pgrep = worker_bin / "pgrep"
+    pgrep.write_text(FAKE_PGREP.format(pgrep=shutil.which("pgrep")))
+    pgrep.chmod(0o755)
+    self.token = f"launch-tpu-test-{uuid.uuid4()}"
+    self.env = {"FAKE_ROOT": str(self.root), "FAKE_WORKERS": "2", "FAKE_TOKEN": self.token,
+                "FAKE_WORKER_PATH": f"{worker_bin}:/usr/local/bin:/usr/bin:/bin"}
+
+  def home(self, worker: int, vm: str = "relu-test") -> pathlib.Path:
+    return self.root / vm / f"w{worker}"
+
+  def install_fake_trainer(self, vm: str = "relu-test", python: bool = False) -> None:
+    for worker in range(2):
+      repo = self.home(worker, vm) / "big_vision_relu"
+      (repo / ".venv" / "bin").mkdir(parents=True)
+      fake = repo / ".venv" / "bin" / "python"
+      if python:
+        (repo / "big_vision_relu").mkdir()
+        (repo / "big_vision_relu" / "__init__.py").write_text("")
+        (repo / "big_vision_relu" / "train.py").write_text(FAKE_TRAIN_PY)
+        fake.symlink_to(os.path.realpath(sys.executable))
+      else:
+        fake.write_text(FAKE_TRAIN_BASH)
+        fake.chmod(0o755)
+
+  def train_calls(self, worker: int, vm: str = "relu-test") -> list[dict]:
+    path = self.home(worker, vm) / "train_calls.tsv"
+    if not path.exists():
+      return []
+    calls = []
+    for line in path.read_text().splitlines():
+      event, pid, cwd, tfds_data_dir, *argv = line.split("\t")
+      calls.append({"event": event, "pid": int(pid), "cwd": cwd,
+                    "tfds_data_dir": tfds_data_dir, "argv": argv})
+    return calls
+
+  def stop_leftovers(self) -> None:
+    """SIGKILLs fake trainers still running (by pid, only if they carry this test's token)."""
+    for vm_dir in self.root.iterdir():
+      for worker in range(2):
+        for call in self.train_calls(worker, vm_dir.name):
+          pid = call["pid"]
+          try:
+            environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes()
+          except OSError:
+            continue
+          if any(v.startswith(f"FAKE_WORKER={self.token}-".encode())
+                 for v in environ.split(b"\0")):
+            os.kill(pid, signal.SIGKILL)
+
+
+def wait_for(condition, timeout=15.0):
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    if condition():
+      return
+    time.sleep(0.05)
+  raise AssertionError("timed out waiting")
+
+
+@pytest.fixture
+def cloud(tmp_path):
+  if not (shutil.which("pgrep") and shutil.which("ps") and pathlib.Path("/proc/self").exists()):
+    pytest.skip("needs pgrep, ps and /proc")
+  fake = FakeCloud(tmp_path)
+  yield fake
+  fake.stop_leftovers()
+
+
+def test_fake_setup_unpacks_and_installs_on_every_worker(sh, cloud, tmp_path):
+  fake_python = tmp_path / "python3.11"
+  fake_python.write_text('#!/bin/bash\necho "base $*" >> "$HOME/calls.txt"\n'
+                         'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin"; '
+                         'printf \'#!/bin/bash\\necho "venv $*" >> "$HOME/calls.txt"\\n\' '
+                         '> "$3/bin/python"; chmod +x "$3/bin/python"; fi\n')
+  fake_python.chmod(0o755)
+  for worker in range(2):
+    repo = cloud.home(worker) / "big_vision_relu"
+    (repo / ".venv").mkdir(parents=True)
+    (repo / ".venv" / "kept").write_text("")
+    (repo / "stale.py").write_text("")
+  result = sh("setup.sh", path_prefix=cloud.bin, env={**cloud.env, "TPU_PYTHON": str(fake_python)})
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.count(": ready") == 2
+  for worker in range(2):
+    home = cloud.home(worker)
+    repo = home / "big_vision_relu"
+    assert (repo / "pyproject.toml").exists() and (repo / "launch" / "tpu" / "setup.sh").exists()
+    assert (repo / "big_vision_relu" / "train.py").exists()
+    assert not (repo / ".git").exists() and not (repo / "stale.py").exists()
+    assert (repo / ".venv" / "kept").exists()
+    assert not (home / "big_vision_relu.tar.gz").exists()
+    calls = (home / "calls.txt").read_text().splitlines()
+    assert calls[0] == "base -m venv .venv"
+    assert "venv -m pip install -q -e .[tpu]" in calls
+  assert not (tmp_path / "big_vision_relu-relu-test.tar.gz").exists()
+
+
+def test_fake_run_busy_check_and_stop(sh, cloud):
+  cloud.install_fake_trainer(python=True)
+  env = {**cloud.env, "FAKE_TRAIN_SECONDS": "60"}
+  odd = "--config.note=a b'c\"$HOME"
+  started = time.monotonic()
+  result = sh("run.sh", "configs/vit_i21k.py:variant=S/16,attention=relu", "s16", "--", odd,
+              path_prefix=cloud.bin, env=env)
+  assert result.returncode == 0, result.stderr
+  assert time.monotonic() - started < 10  # the ssh commands returned, the trainers run on
+  assert result.stdout.count("started s16, log ~/logs/s16.log") == 2
+  wait_for(lambda: all(cloud.train_calls(w) for w in range(2)))
+  for worker in range(2):
+    [call] = cloud.train_calls(worker)
+    assert call["argv"] == ["--config", "configs/vit_i21k.py:variant=S/16,attention=relu",
+                            "--workdir", "gs://bucket/runs/s16", odd]
+    assert call["tfds_data_dir"] == DATA_DIR
+    assert call["cwd"] == str(cloud.home(worker) / "big_vision_relu")
+    assert (cloud.home(worker) / "logs" / "s16.log").exists()
+
+  again = sh("run.sh", "configs/vit_i21k.py", "other", path_prefix=cloud.bin, env=env)
+  assert again.returncode != 0
+  assert "busy" in again.stderr and "big_vision_relu.train" in again.stderr
+  assert all(len(cloud.train_calls(w)) == 1 for w in range(2))
+
+  stop = sh("stop.sh", path_prefix=cloud.bin, env=env)
+  assert stop.returncode == 0, stop.stderr
+  assert stop.stdout.count("SIGTERM") == 2
+  wait_for(lambda: all(len(cloud.train_calls(w)) == 2 for w in range(2)))
+  assert all(cloud.train_calls(w)[1]["event"] == "sigterm" for w in range(2))
+
+
+def test_fake_sweep_runs_everything_in_order_and_survives_a_failure(sh, cloud):
+  cloud.install_fake_trainer()
+  runs = fig1_runs()
+  failing = runs[3][0]
+  result = sh("sweep.sh", FIG1, path_prefix=cloud.bin,
+              env={**cloud.env, "FAKE_TRAIN_FAIL": failing})
+  assert result.returncode == 0, result.stderr
+  summary = f"sweep fig1 on relu-test: 10 runs, 1 failed {failing}"
+  logs = [cloud.home(w) / "logs" / "fig1.log" for w in range(2)]
+  wait_for(lambda: all(log.exists() and summary in log.read_text() for log in logs))
+  for worker in range(2):
+    calls = cloud.train_calls(worker)
+    assert [c["argv"] for c in calls] == [
+        ["--config", config, "--workdir", f"gs://bucket/runs/fig1/{run_id}"]
+        for run_id, config in runs]
+    assert {c["tfds_data_dir"] for c in calls} == {DATA_DIR}
+    assert f"FAILED {failing} (exit 3)" in logs[worker].read_text()
+    assert (cloud.home(worker) / "sweeps" / "fig1.sh").exists()
+    assert not (cloud.home(worker) / "big_vision_relu-sweep-fig1.sh.new").exists()
+
+
+def test_fake_sweep_round_robin(sh, cloud):
+  for vm in ("tpu-a", "tpu-b"):
+    cloud.install_fake_trainer(vm)
+  result = sh("sweep.sh", FIG1, "--vms", "tpu-a,tpu-b", path_prefix=cloud.bin,
+              env={**cloud.env, "TPU_NAME": None})
+  assert result.returncode == 0, result.stderr
+  workdirs = [f"gs://bucket/runs/fig1/{run_id}" for run_id, _ in fig1_runs()]
+  for vm, expected in (("tpu-a", workdirs[0::2]), ("tpu-b", workdirs[1::2])):
+    log = cloud.home(1, vm) / "logs" / "fig1.log"
+    wait_for(lambda log=log: log.exists() and "5 runs, 0 failed" in log.read_text())
+    assert [c["argv"][3] for c in cloud.train_calls(1, vm)] == expected
+
+
+def test_fake_sweep_starts_on_the_other_vms_when_one_fails(sh, cloud):
+  cloud.install_fake_trainer("tpu-b")
+  result = sh("sweep.sh", FIG1, "--vms", "down-a,tpu-b", path_prefix=cloud.bin, env=cloud.env)
+  assert result.returncode == 1
+  assert "the sweep did not start on: down-a" in result.stderr
+  log = cloud.home(0, "tpu-b") / "logs" / "fig1.log"
+  wait_for(lambda: log.exists() and "5 runs, 0 failed" in log.read_text())
+
+
+def test_fake_data_runs_on_worker_0_and_goes_on_after_a_failure(sh, cloud):
+  venv_bin = cloud.home(0) / "big_vision_relu" / ".venv" / "bin"
+  venv_bin.mkdir(parents=True)
+  (venv_bin / "tfds").write_text('#!/bin/bash\necho "tfds $*" >> "$HOME/tfds_calls.txt"\n'
+                                 '[ "$2" != cars196 ]\n')
+  (venv_bin / "tfds").chmod(0o755)
+  result = sh("data.sh", "cifar100", "cars196", "dtd", path_prefix=cloud.bin, env=cloud.env)
+  assert result.returncode == 0, result.stderr
+  log = cloud.home(0) / "logs" / "data.log"
+  wait_for(lambda: log.exists() and "data.sh: FAILED: cars196" in log.read_text())
+  assert (cloud.home(0) / "tfds_calls.txt").read_text().splitlines() == [
+      f"tfds build {name} --data_dir={DATA_DIR} --file_format=array_record"
+      for name in ("cifar100", "cars196", "dtd")]
+  assert not (cloud.home(1)).exists()
