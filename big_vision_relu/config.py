@@ -21,7 +21,7 @@ TRAIN_KEYS = {
     "mixup", "log_training_steps", "log_training_epochs", "log_training_examples",
     "log_training_percent", "ckpt_steps", "ckpt_epochs", "ckpt_examples", "ckpt_percent",
     "keep_ckpt_steps", "keep_last_ckpts", "mesh", "sharding_strategy", "sharding_rules",
-    "model_init", "model_load", "evals", "runlocal", "attention_stats",
+    "model_init", "model_load", "evals",
 }
 # big_vision's shuffle_buffer_size and cache_raw have no meaning here: the pipeline shuffles
 # globally by record index (data/input_pipeline.py), so setting them is an error, not a no-op.

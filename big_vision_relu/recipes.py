@@ -27,6 +27,11 @@ I21K_AUGMENTATION = {
 }
 I21K_NUM_CLASSES = 21843
 
+# The alpha grid of the paper's Figures 2-4 (the paper gives none: its text says [0, 1], its
+# plots run to 2): dense around the predicted optimum 1, both ends included.
+ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+ALPHA_SWEEP_VARIANTS = ("S/32", "S/16", "S/8")
+
 # Training split sizes of the paper's recipes (TFDS), to turn epochs into steps without the
 # data: fall-2011 ImageNet-21k minus the 51,200 held-out images; 99% of imagenet2012 train.
 TRAIN_SPLIT_SIZES = {
@@ -56,6 +61,21 @@ def fewshot_eval(datasets: dict, size: int, batch_size: int, log_steps: int,
         'keep("image", "label")')
   return dict(type="fewshot", datasets=datasets, data_dir=data_dir, pp_train=pp, pp_eval=pp,
               shots=(10,), seeds=(0, 1, 2), batch_size=batch_size, log_steps=log_steps)
+
+
+def set_optimizer_and_cadence(config: ml_collections.ConfigDict, *, fsdp: bool) -> None:
+  """big_vision's ViT optimizer (both recipes), sharding, and log/checkpoint cadence."""
+  config.optax_name = "scale_by_adam"
+  config.optax = dict(b1=0.9, b2=0.999, mu_dtype="bfloat16")
+  config.grad_clip_norm = 1.0
+  config.lr = 1e-3
+  config.wd = 1e-4  # decoupled, not multiplied by lr: AdamW's 0.1
+  config.schedule = dict(warmup_steps=10_000, decay_type="cosine")
+  if fsdp:
+    config.sharding_strategy = [(".*", 'fsdp(axis="data")')]
+  config.log_training_steps = 50
+  config.ckpt_steps = 1000
+  config.keep_ckpt_steps = 10_000
 
 
 def local_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

@@ -20,6 +20,8 @@ from typing import Any
 
 from absl import app, flags
 
+from big_vision_relu import recipes
+
 
 def _short(key: str, value: Any) -> str:
   if isinstance(value, bool):
@@ -47,6 +49,16 @@ class Run:
     """e.g. 'i21k-S16-relu-a1-qk_norm-nogated' for vit_i21k.py with those args."""
     stem = pathlib.Path(self.config).stem.removeprefix("vit_")
     return "-".join([stem, *(_short(k, v) for k, v in self.args.items())])
+
+
+def relu_ablation(flag: str) -> list[Run]:
+  """Figures 3 and 4: relu and relu2 over the alpha grid for S/32, S/16, S/8 on ImageNet-21k,
+  with `flag` ('qk_norm' or 'gated') on and off; the other flag as in the main runs."""
+  base = dict(qk_norm=True, gated=False)
+  return [Run("configs/vit_i21k.py", {**dict(variant=v, attention=a, alpha=alpha), **base,
+                                       flag: on})
+          for v in recipes.ALPHA_SWEEP_VARIANTS for a in ("relu", "relu2")
+          for alpha in recipes.ALPHAS for on in (True, False)]
 
 
 def load_sweep(path: str) -> list[Run]:

@@ -50,17 +50,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       variant=arg.variant, pool_type="gap", posemb="learn", rep_size=False,
       attention=arg.attention, seqlen_alpha=arg.alpha, qk_norm=arg.qk_norm, gated=arg.gated,
   )
-  config.optax_name = "scale_by_adam"
-  config.optax = dict(b1=0.9, b2=0.999, mu_dtype="bfloat16")
-  config.grad_clip_norm = 1.0
-  config.lr = 1e-3
-  config.wd = 1e-4
-  config.schedule = dict(warmup_steps=10_000, decay_type="cosine")
-  if arg.fsdp:
-    config.sharding_strategy = [(".*", 'fsdp(axis="data")')]
-  config.log_training_steps = 50
-  config.ckpt_steps = 1000
-  config.keep_ckpt_steps = 10_000
+  recipes.set_optimizer_and_cadence(config, fsdp=arg.fsdp)
 
   config.evals = ml_collections.ConfigDict()
   for name, split in (("val", "full[25600:51200]"), ("test", "full[:25600]")):

@@ -13,15 +13,18 @@ from typing import Any
 import jax
 
 from big_vision_relu import config as cfg_lib
+from big_vision_relu.evaluators.attention_stats import AttentionStatsEvaluator
 from big_vision_relu.evaluators.classification import ClassificationEvaluator
 from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator
 
 EVALUATORS: dict[str, type] = {
     "classification": ClassificationEvaluator,
     "fewshot": FewShotEvaluator,
+    "attention_stats": AttentionStatsEvaluator,
 }
 # The model output each evaluator reads unless its config sets `pred`.
-DEFAULT_PRED = {"classification": "logits", "fewshot": "pre_logits"}
+DEFAULT_PRED = {"classification": "logits", "fewshot": "pre_logits",
+                "attention_stats": "logits"}  # only traced, to find the model
 
 
 class ScheduledEvaluator:

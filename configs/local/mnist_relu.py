@@ -59,6 +59,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       batch_size=256 if not arg.runlocal else 16,
       log_percent=0.25,
   )
+  # How ReLU attention behaves over training: sparsity, row sums, entropy, distance per layer.
+  config.evals.attention = dict(
+      type="attention_stats",
+      data=dict(name="mnist5k", split="test"),
+      pp_fn='decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
+      batch_size=128 if not arg.runlocal else 16,
+      num_examples=128 if not arg.runlocal else 16,
+      log_percent=0.1,
+  )
   # Few-shot transfer to scikit-learn's 8x8 digits (upsampled to MNIST's 28x28): the local
   # stand-in for the paper's "10-shot linear transfer" (closed-form ridge on pre_logits).
   digits_pp = 'decode(channels=1)|resize(28)|value_range(-1, 1)|keep("image", "label")'

@@ -5,14 +5,8 @@ epochs). 3 x 2 x 8 x 2 = 96 runs; the qk_norm=True half is shared with Figure 2'
 
     python -m big_vision_relu.sweep configs/paper/fig3.py --list
 """
-from big_vision_relu.sweep import Run
-
-ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
-VARIANTS = ("S/32", "S/16", "S/8")
+from big_vision_relu import sweep
 
 
-def get_sweep() -> list[Run]:
-  return [Run("configs/vit_i21k.py", dict(variant=v, attention=a, alpha=alpha, qk_norm=qk,
-                                          gated=False))
-          for v in VARIANTS for a in ("relu", "relu2") for alpha in ALPHAS
-          for qk in (True, False)]
+def get_sweep() -> list[sweep.Run]:
+  return sweep.relu_ablation("qk_norm")

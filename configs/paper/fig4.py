@@ -5,14 +5,8 @@ epochs, qk-layernorm). The paper reports gating costs ~9.3% more core hours for 
 
     python -m big_vision_relu.sweep configs/paper/fig4.py --list
 """
-from big_vision_relu.sweep import Run
-
-ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
-VARIANTS = ("S/32", "S/16", "S/8")
+from big_vision_relu import sweep
 
 
-def get_sweep() -> list[Run]:
-  return [Run("configs/vit_i21k.py", dict(variant=v, attention=a, alpha=alpha, qk_norm=True,
-                                          gated=gated))
-          for v in VARIANTS for a in ("relu", "relu2") for alpha in ALPHAS
-          for gated in (False, True)]
+def get_sweep() -> list[sweep.Run]:
+  return sweep.relu_ablation("gated")
