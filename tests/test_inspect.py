@@ -1,0 +1,282 @@
+"""Inspection: statistics against hand-computed values, the sown weights against the attention
+maths, the attention_stats evaluator against the full statistics, and the notebook executed
+headlessly on a workdir trained here."""
+import csv
+import json
+import math
+import shutil
+
+import jax
+import jax.numpy as jnp
+import matplotlib.image
+import numpy as np
+import pytest
+
+from big_vision_relu import inspect
+from big_vision_relu import sharding
+from big_vision_relu import train as train_lib
+from big_vision_relu.evaluators import registry
+from big_vision_relu.evaluators.attention_stats import AttentionStatsEvaluator
+from big_vision_relu.models import attention as attn
+from big_vision_relu.models import vit
+
+from conftest import ROOT
+from test_train import tiny_config
+
+PP = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
+
+# A 2x2 patch grid (4 tokens, no class token); positions 0:(0,0) 1:(0,1) 2:(1,0) 3:(1,1).
+HAND = np.array([[0.5, 0.5, 0.0, 0.0],    # two keys: entropy ln 2; distance .5*0 + .5*1
+                 [1.0, 0.0, 0.0, 0.0],    # one key: entropy 0; distance |(0,1)-(0,0)| = 1
+                 [0.0, 0.0, 0.0, 0.0],    # dead row: no entropy, no distance
+                 [0.25, 0.25, 0.25, 0.25]])  # uniform: ln 4; (sqrt2 + 1 + 1 + 0) / 4
+
+
+# ------------------------------------------------------------------ statistics by hand
+
+def test_statistics_of_a_known_matrix():
+  (row,) = inspect.attention_statistics([HAND[None, None]])
+  assert row["layer"] == 0
+  assert row["zeros"] == 9 / 16
+  assert row["negatives"] == 0
+  assert row["dead_rows"] == 1 / 4
+  assert row["row_sum_mean"] == pytest.approx(3 / 4)
+  assert row["row_sum_min"] == 0 and row["row_sum_max"] == 1 and row["row_sum_p50"] == 1
+  assert row["row_sum_std"] == pytest.approx(np.std([1, 1, 0, 1]))
+  assert row["entropy"] == pytest.approx((math.log(2) + 0 + math.log(4)) / 3)
+  assert row["distance"] == pytest.approx((0.5 + 1 + (math.sqrt(2) + 2) / 4) / 3)
+
+
+def test_entropy_and_distance_use_row_normalised_magnitudes():
+  # Scaling a row (relu/L vs softmax) or flipping signs (gelu, identity) changes neither.
+  scaled = np.array([[[[0.0, 3.0, -3.0, 0.0]] * 4]])
+  (row,) = inspect.attention_statistics([scaled])
+  assert row["entropy"] == pytest.approx(math.log(2))
+  assert row["negatives"] == 1 / 4 and row["zeros"] == 2 / 4
+  assert row["row_sum_mean"] == 0
+  # queries 0..3 attend to keys 1, 2 equally: distances (1+1)/2, (0+sqrt2)/2, (sqrt2+0)/2, 1.
+  assert row["distance"] == pytest.approx((1 + 2 * math.sqrt(2) / 2 + 1) / 4)
+
+
+def test_class_token_is_excluded_from_the_distance():
+  patches = HAND / np.maximum(HAND.sum(-1, keepdims=True), 1)
+  with_cls = np.zeros((5, 5))
+  with_cls[1:, 1:] = patches
+  with_cls[1:, 0] = 7.0  # attention to the class token: ignored by the distance
+  with_cls[0] = [0, 0, 0, 0, 1.0]  # the class token's own row: not a patch query
+  (row,) = inspect.attention_statistics([with_cls[None, None]], (2, 2), 1)
+  (expected,) = inspect.attention_statistics([patches[None, None]])
+  assert row["distance"] == pytest.approx(expected["distance"])
+  assert row["dead_rows"] == 0  # every row has mass (the class token's included)
+  # The layout is inferred: 5 tokens = a 2x2 grid + 1.
+  assert inspect.attention_statistics([with_cls[None, None]])[0] == row
+
+
+def test_statistics_by_head_and_over_images():
+  uniform = np.full((4, 4), 0.25)
+  weights = np.stack([np.stack([HAND, uniform]), np.stack([uniform, uniform])])  # [2, 2, 4, 4]
+  by_head = inspect.attention_statistics([weights], by_head=True)
+  assert [(r["layer"], r["head"]) for r in by_head] == [(0, 0), (0, 1)]
+  assert by_head[0]["zeros"] == 9 / 32  # head 0: HAND (9 zeros) + uniform (0) over 2 images
+  assert by_head[1]["zeros"] == 0
+  assert by_head[1]["entropy"] == pytest.approx(math.log(4))
+  (overall,) = inspect.attention_statistics([weights])
+  assert overall["zeros"] == 9 / 64
+  assert overall["dead_rows"] == 1 / 16
+
+
+def test_row_statistics_in_jax_equal_numpy():
+  rng = np.random.default_rng(0)
+  weights = np.maximum(rng.normal(size=(3, 2, 17, 17)), 0) / 17  # 4x4 grid + class token
+  expected = inspect.row_statistics(weights)
+  got = jax.jit(inspect.row_statistics)(jnp.asarray(weights, jnp.float32))
+  for name, value in expected.items():
+    np.testing.assert_allclose(np.asarray(got[name]), value, rtol=1e-5, atol=1e-6,
+                               err_msg=name)
+
+
+def test_layout_inference():
+  assert inspect.infer_layout(49) == inspect.TokenLayout((7, 7), 0)
+  assert inspect.infer_layout(50) == inspect.TokenLayout((7, 7), 1)
+  assert inspect.infer_layout(12, (3, 4)) == inspect.TokenLayout((3, 4), 0)
+  with pytest.raises(ValueError, match="square patch grid"):
+    inspect.infer_layout(12)
+  with pytest.raises(ValueError, match="do not fit"):
+    inspect.infer_layout(12, (3, 3), 0)
+
+
+def test_qk_logit_norms_by_hand():
+  queries = np.zeros((1, 2, 1, 4))
+  queries[0, 0, 0] = [3, 4, 0, 0]  # norm 5
+  keys = np.zeros((1, 2, 1, 4))
+  keys[0, 1, 0] = [0, 2, 0, 0]  # norm 2
+  (row,) = inspect.qk_logit_norms([queries], [keys])
+  assert row["query_norm_mean"] == 2.5 and row["query_norm_max"] == 5
+  assert row["key_norm_mean"] == 1 and row["key_norm_max"] == 2
+  assert row["logit_max_abs"] == 4 * 2 / math.sqrt(4)  # q0.k1 / sqrt(head_dim)
+  assert row["logit_mean"] == pytest.approx(4 / 4)  # one non-zero logit of 4
+
+
+def test_received_attention():
+  grid = inspect.received_attention(np.stack([HAND, HAND])[None], (2, 2), 0)  # 2 heads
+  # Live rows' normalised weights: [.5,.5,0,0], [1,0,0,0], [.25]*4, averaged over 3 rows.
+  np.testing.assert_allclose(grid[0].ravel(), [1.75 / 3, 0.75 / 3, 0.25 / 3, 0.25 / 3])
+
+
+# ------------------------------------------------------------------ the model's weights
+
+def _model_and_images(scan: bool, **kw):
+  model = vit.Model(10, variant="mu/4", depth=2, scan=scan, **kw)
+  images = jax.random.normal(jax.random.PRNGKey(1), (3, 12, 12, 1))
+  params = model.init(jax.random.PRNGKey(0), images)["params"]
+  return model, params, np.asarray(images)
+
+
+@pytest.mark.parametrize("activation", ["relu", "softmax", "gelu"])
+def test_sown_weights_are_the_attention_of_the_captured_queries_and_keys(activation):
+  model, params, images = _model_and_images(False, attention=activation, qk_norm=True,
+                                            pool_type="tok", seqlen_alpha=0.5)
+  out = inspect.run_model(inspect.Run(model, params, None, None, "mem"), images, batch_size=2)
+  assert out.grid_shape == (3, 3) and out.num_prefix_tokens == 1
+  assert [w.shape for w in out.weights] == [(3, 2, 10, 10)] * 2  # [n, heads, 1 + 9, 1 + 9]
+  for weights, queries, keys in zip(out.weights, out.queries, out.keys):
+    expected = attn.attention_weights(jnp.asarray(queries), jnp.asarray(keys),
+                                      activation=activation, seqlen_alpha=0.5)
+    np.testing.assert_allclose(weights, expected, rtol=1e-5, atol=1e-6)
+  logits, _ = model.apply({"params": params}, images)
+  np.testing.assert_allclose(out.logits, logits, rtol=1e-6)  # inspecting changes nothing
+
+
+def test_sowing_keeps_the_parameter_tree():
+  model, params, images = _model_and_images(True, attention="relu")
+  sowing = jax.eval_shape(model.clone(sow_attention_weights=True).init, jax.random.PRNGKey(0),
+                          images)
+  assert list(sowing) == ["params"]
+  assert jax.tree.map(jnp.shape, sowing["params"]) == jax.tree.map(jnp.shape, params)
+
+
+def test_scan_and_npz_give_the_same_maps_as_per_layer(tmp_path):
+  model, params, images = _model_and_images(False, attention="relu", qk_norm=True)
+  path = str(tmp_path / "vit.npz")
+  vit.save_npz(params, path)
+  model_config = dict(variant="mu/4", depth=2, attention="relu", qk_norm=True)
+  per_layer = inspect.attention_maps(inspect.Run(model, params, None, None, "mem"), images)
+  scanned = inspect.load_npz(path, {**model_config, "scan": True})
+  assert scanned.model.num_classes == 10  # read from the file's head
+  assert "encoderblock" in scanned.params["Transformer"]
+  got = inspect.attention_maps(scanned, images)
+  assert len(got) == 2
+  for a, b in zip(got, per_layer):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+# ------------------------------------------------------------------ the evaluator
+
+@pytest.mark.parametrize("scan,pool_type", [(False, "gap"), (True, "tok")])
+def test_evaluator_equals_the_full_statistics(offline_data_dir, scan, pool_type):
+  model = vit.Model(10, variant="mu/7", depth=2, scan=scan, pool_type=pool_type,
+                    attention="relu", qk_norm=True)
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 1)))["params"]
+  data = dict(name="mnist5k", split="test", data_dir=offline_data_dir)
+  config = dict(type="attention_stats", data=data, pp_fn=PP, batch_size=8, num_examples=20)
+  evaluator = AttentionStatsEvaluator(config, registry.make_predict_fn(model, "logits"),
+                                      mesh=sharding.make_mesh([("data", -1)]))
+  got = evaluator.run(params)
+  assert got["num_examples"] == 24  # 20 rounded up to whole batches of 8
+  images, _ = inspect.eval_examples(inspect.Run(model, params, None, None, "mem"), 24,
+                                    data=data, pp=PP)
+  expected = inspect.attention_statistics(
+      inspect.attention_maps(inspect.Run(model, params, None, None, "mem"), images))
+  for layer, row in enumerate(expected):
+    for name in ("zeros", "row_sum_mean", "entropy", "distance"):
+      assert got[f"layer{layer}/{name}"] == pytest.approx(row[name], rel=1e-4), name
+  assert set(got) == {"num_examples"} | {f"layer{i}/{n}" for i in range(2) for n in
+                                          ("zeros", "row_sum_mean", "entropy", "distance")}
+  if not scan:  # the model given explicitly instead of found from the predict function
+    explicit = AttentionStatsEvaluator(config, None, mesh=sharding.make_mesh([("data", -1)]),
+                                       model=model)
+    assert explicit.run(params) == pytest.approx(got, rel=1e-6)
+
+
+# ------------------------------------------------------------------ end to end: the notebook
+
+def _execute_notebook(path, parameters: dict, cwd, timeout: int):
+  """Runs the notebook with `parameters` appended to its parameter cell (as papermill does)."""
+  import nbclient
+  import nbformat
+  notebook = nbformat.read(path, as_version=4)
+  cell = next(c for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
+  cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in parameters.items())
+  nbclient.NotebookClient(notebook, timeout=timeout, kernel_name="python3",
+                          resources={"metadata": {"path": str(cwd)}}).execute()
+  return notebook
+
+
+def _read_csv(path):
+  with open(path, newline="") as f:
+    return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+def test_notebook_on_a_trained_workdir(offline_data_dir, tmp_path, monkeypatch):
+  # Train a 2-layer relu ViT for 6 steps, with the attention_stats evaluator in training.
+  monkeypatch.setitem(registry.EVALUATORS, "attention_stats", AttentionStatsEvaluator)
+  monkeypatch.setitem(registry.DEFAULT_PRED, "attention_stats", "logits")
+  config = tiny_config(offline_data_dir)
+  config.model = dict(patch_size=(7, 7), width=16, depth=2, mlp_dim=32, num_heads=2,
+                      attention="relu", qk_norm=True)
+  data = dict(name="mnist5k", split="test", data_dir=offline_data_dir)
+  config.evals.test = dict(type="classification", data=data, pp_fn=PP, batch_size=200)
+  config.evals.attention = dict(type="attention_stats", data=data, pp_fn=PP, batch_size=16,
+                                num_examples=32, log_steps=3)
+  relu_dir = tmp_path / "relu"
+  train_lib.train(config, str(relu_dir))
+  logged = [json.loads(line) for line in (relu_dir / "metrics.jsonl").read_text().splitlines()]
+  assert [line["step"] for line in logged if "attention/layer1/zeros" in line] == [1, 3, 6]
+
+  run = inspect.load_run(relu_dir)
+  assert run.step == 6 and run.model.attention == "relu" and run.model.depth == 2
+  assert inspect.load_run(relu_dir, step=4).step == 4
+  # The softmax side: the same trained parameters read as a softmax model (the parameter trees
+  # are equal), so the notebook's comparison needs no second training run.
+  softmax_dir = tmp_path / "softmax"
+  shutil.copytree(relu_dir, softmax_dir)
+  run_config = json.loads((softmax_dir / "config.json").read_text())
+  run_config["model"]["attention"] = "softmax"
+  (softmax_dir / "config.json").write_text(json.dumps(run_config))
+
+  out_dir = tmp_path / "out"
+  _execute_notebook(ROOT / "notebooks" / "inspect_checkpoint.ipynb",
+                    dict(WORKDIR=str(relu_dir), OTHER_WORKDIR=str(softmax_dir),
+                         OUTPUT_DIR=str(out_dir), NUM_IMAGES=4, NUM_STATS_IMAGES=16),
+                    cwd=tmp_path, timeout=300)
+
+  summary = json.loads((out_dir / "summary.json").read_text())
+  assert {r["attention"]: r["step"] for r in summary["runs"].values()} == {"relu": 6,
+                                                                          "softmax": 6}
+  for name in ("training_curves", "predictions", "attention_maps", "attention_heads",
+               "row_sums", "side_by_side_attention_maps"):
+    pixels = matplotlib.image.imread(out_dir / f"{name}.png")
+    assert pixels.shape[0] > 200 and pixels.shape[1] > 200, name
+    assert pixels[..., :3].std() > 0.05, f"{name}.png is blank"
+
+  # One row per run and layer; the values are those computed here on the same images.
+  rows = _read_csv(out_dir / "attention_stats.csv")
+  assert [(r["run"], r["layer"]) for r in rows] == [
+      ("relu", "0"), ("relu", "1"), ("softmax", "0"), ("softmax", "1")]
+  images, _ = inspect.eval_examples(run, 16)
+  expected = inspect.layer_table(inspect.run_model(run, images))
+  max_distance = math.hypot(3, 3)  # a 4x4 grid of 7x7 patches
+  for row, want in zip(rows[:2], expected):
+    for name, value in want.items():
+      assert float(row[name]) == pytest.approx(value, rel=1e-5, abs=1e-7), name
+    assert 0 < float(row["zeros"]) < 1
+    assert 0 < float(row["entropy"]) <= math.log(16)
+    assert 0 < float(row["distance"]) <= max_distance
+  for row in rows[2:]:
+    assert float(row["zeros"]) == 0 and float(row["dead_rows"]) == 0
+    assert float(row["row_sum_mean"]) == pytest.approx(1, abs=1e-6)
+    assert 0 < float(row["entropy"]) <= math.log(16)
+  assert len(_read_csv(out_dir / "attention_stats_by_head.csv")) == 2 * 2 * 2
+  side_by_side = (out_dir / "side_by_side.csv").read_text().splitlines()
+  assert side_by_side[1].startswith("run,relu,softmax,")  # (statistic, run) columns
