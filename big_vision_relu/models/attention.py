@@ -14,9 +14,21 @@ normalisation, which is exactly what the pointwise family does without.
 `pointwise_weights` is the single definition of the family; the dense path below (and the
 chunked and sequence-parallel paths) call it with the global `key_len`, so every path computes
 the same function.
+
+Three implementations (`ATTENTION_IMPLS`):
+  dense         `pointwise_attention`: the `[batch, heads, q_len, k_len]` weights are materialised.
+  chunked       `chunked_pointwise_attention`: query blocks x key blocks; the output is a plain
+                sum over key blocks (no running max, no denominator) and a custom VJP recomputes
+                the blocks, so memory is O(len x block) instead of O(len^2).
+  seq_parallel  `seq_parallel_pointwise_attention`: `shard_map` over a mesh axis for the sequence;
+                key/value shards travel around a ring (`ppermute`) and the partial outputs are
+                added where the queries live, so no row max or row sum is ever exchanged.
+The blockwise paths are pointwise only (softmax's row statistics span every key) and take no
+mask (a ViT has none).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -25,6 +37,9 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.sharding import PartitionSpec as P
 
 Array = jax.Array
 
@@ -39,6 +54,7 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "sigmoid": jax.nn.sigmoid,
 }
 ATTENTION_NAMES: tuple[str, ...] = ("softmax", *ACTIVATIONS)
+ATTENTION_IMPLS: tuple[str, ...] = ("dense", "chunked", "seq_parallel")
 
 GATE_ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "none": lambda x: x,
@@ -58,6 +74,23 @@ def validate_attention(activation: str, seqlen_alpha: float) -> None:
     raise ValueError(
         f"seqlen_alpha must be a finite number >= 0 (the exponent of key_len ** -alpha), "
         f"got {seqlen_alpha!r}.")
+
+
+def _require_pointwise(what: str, activation: str) -> None:
+  if activation == "softmax":
+    raise ValueError(
+        f"{what} needs a pointwise attention ({', '.join(ACTIVATIONS)}): softmax's row max and "
+        "denominator span all keys, so its key blocks cannot simply be added. Valid "
+        "combinations: attention_impl='dense' with any attention; 'chunked' and 'seq_parallel' "
+        "with the pointwise ones.")
+
+
+def validate_attention_impl(impl: str, activation: str) -> None:
+  """Raises ValueError for an unknown implementation or softmax with a blockwise one."""
+  if impl not in ATTENTION_IMPLS:
+    raise ValueError(f"Unknown attention_impl {impl!r}; valid: {', '.join(ATTENTION_IMPLS)}.")
+  if impl != "dense":
+    _require_pointwise(f"attention_impl={impl!r}", activation)
 
 
 def pointwise_weights(scores: Array, *, activation: str, seqlen_alpha: float,
@@ -98,6 +131,17 @@ def _weights(scores: Array, mask: Array | None, *, activation: str, seqlen_alpha
                               key_len=key_len)
   # Zero AFTER the activation: adding -inf first would give NaN for gelu/identity/softplus.
   return weights if mask is None else jnp.where(mask, weights, 0.0)
+
+
+def _weighted_sum(weights: Array, value: Array, *, precision: Any) -> Array:
+  """Weights [..., heads, q, k] x value [..., k, heads, d] -> [..., q, heads, d].
+
+  The product runs in value's dtype (bf16 on TPU) and accumulates in float32 when the weights
+  were kept in float32; the result keeps that accumulation dtype.
+  """
+  return jnp.einsum("...hqk,...khd->...qhd", weights.astype(value.dtype), value,
+                    precision=precision,
+                    preferred_element_type=jnp.promote_types(weights.dtype, value.dtype))
 
 
 def attention_weights(query: Array, key: Array, *, activation: str, seqlen_alpha: float = 1.0,
@@ -155,13 +199,370 @@ def pointwise_attention(query: Array, key: Array, value: Array, *, activation: s
              else weights.shape)
     keep = jax.random.bernoulli(dropout_rng, keep_prob, shape)
     weights = weights * (keep / keep_prob).astype(weights.dtype)
-  out_dtype = dtype or value.dtype
-  # The product with v runs in value's dtype (bf16 on TPU) and accumulates in float32 when the
-  # weights were kept in float32.
-  return jnp.einsum("...hqk,...khd->...qhd", weights.astype(value.dtype), value,
-                    precision=precision,
-                    preferred_element_type=jnp.promote_types(weights.dtype, value.dtype)
-                    ).astype(out_dtype)
+  return _weighted_sum(weights, value, precision=precision).astype(dtype or value.dtype)
+
+
+# ------------------------------------------------------------------------ blockwise paths
+#
+# Pointwise weights need no statistic of their row, so attention over a split key axis is the
+# plain sum of the attention over each part: out_i = sum_j w(q_i . k_j) v_j. The blockwise
+# paths below are that sum, over key blocks (chunked, Pallas) and over key shards
+# (seq_parallel), all of `_BlockSpec.partial_output`.
+
+
+@dataclasses.dataclass(frozen=True)
+class _BlockSpec:
+  """What one (query block, key block) pair computes; static (hashable) for `custom_vjp`."""
+  activation: str
+  seqlen_alpha: float
+  key_len: int  # the GLOBAL number of keys (the scale's L): no block, shard or padding size
+  float32_scores: bool
+  precision: Any
+  q_block: int
+  k_block: int
+
+  def partial_output(self, query: Array, key: Array, value: Array) -> Array:
+    """q `[B, bq, heads, d]`, k/v `[B, bk, heads, d]` -> this key block's share of the output
+    `[B, bq, heads, dv]`, in the accumulation dtype (float32 for bf16 inputs)."""
+    scores = _scores(query, key, float32=self.float32_scores, precision=self.precision)
+    weights = pointwise_weights(scores, activation=self.activation,
+                                seqlen_alpha=self.seqlen_alpha, key_len=self.key_len)
+    return _weighted_sum(weights, value, precision=self.precision)
+
+  def output_dtype(self, query: Array, key: Array, value: Array) -> Any:
+    """The accumulation dtype of `partial_output` for these inputs."""
+    return jax.eval_shape(self.partial_output, query, key, value).dtype
+
+
+def _block_len(length: int, max_block: int) -> tuple[int, int]:
+  """(block, padded length): the fewest blocks of at most max_block, padded as little as
+  possible (197 tokens with max_block 128 -> 2 blocks of 99, not 2 of 128)."""
+  num_blocks = -(-length // max_block)
+  block = -(-length // num_blocks)
+  return block, num_blocks * block
+
+
+def _to_blocks(x: Array, block: int) -> Array:
+  """`[B, n * block, heads, d]` -> `[n, B, block, heads, d]` (the leading axis is looped over)."""
+  b, length, *rest = x.shape
+  return jnp.moveaxis(x.reshape(b, length // block, block, *rest), 1, 0)
+
+
+def _from_blocks(x: Array) -> Array:
+  """`[n, B, block, heads, d]` -> `[B, n * block, heads, d]`."""
+  n, b, block, *rest = x.shape
+  return jnp.moveaxis(x, 0, 1).reshape(b, n * block, *rest)
+
+
+def _blocked_forward(spec: _BlockSpec, query: Array, key: Array, value: Array) -> Array:
+  """Padded q `[B, Lq, heads, d]`, k/v `[B, Lk, heads, d]` -> `[B, Lq, heads, dv]` (accumulation
+  dtype): a map over query blocks of a loop over key blocks. Only one `[B, heads, bq, bk]`
+  block of weights exists at a time."""
+  key_blocks, value_blocks = _to_blocks(key, spec.k_block), _to_blocks(value, spec.k_block)
+
+  def one_query_block(q: Array) -> Array:
+    def add_key_block(j: Array, out: Array) -> Array:
+      return out + spec.partial_output(q, key_blocks[j], value_blocks[j])
+    # Starting from block 0 rather than zeros gives the accumulator the right dtype and, inside
+    # shard_map, the right varying-axes type.
+    first = spec.partial_output(q, key_blocks[0], value_blocks[0])
+    return lax.fori_loop(1, key_blocks.shape[0], add_key_block, first)
+
+  return _from_blocks(lax.map(one_query_block, _to_blocks(query, spec.q_block)))
+
+
+def _blocked_backward(spec: _BlockSpec, query: Array, key: Array, value: Array,
+                      d_out: Array) -> tuple[Array, Array, Array]:
+  """Gradients (dq, dk, dv) of `_blocked_forward` for the output cotangent `d_out`, each block
+  pair recomputed (nothing of the forward pass is kept but q, k, v).
+
+  One pass over the block pairs, key blocks outside: dk and dv of a key block accumulate in the
+  inner loop's carry, dq of every query block in the outer carry. The block's VJP is that of
+  `_BlockSpec.partial_output` itself, so the backward differentiates exactly the forward's
+  function (and `pointwise_weights`' h) without a hand-written derivative. Gradients are
+  accumulated in at least float32 and returned in that dtype.
+  """
+  q_blocks, k_blocks, v_blocks = (_to_blocks(query, spec.q_block), _to_blocks(key, spec.k_block),
+                                  _to_blocks(value, spec.k_block))
+  dout_blocks = _to_blocks(d_out.astype(spec.output_dtype(query, key, value)), spec.q_block)
+  grad = lambda x: jnp.zeros_like(x, jnp.promote_types(x.dtype, jnp.float32))  # noqa: E731
+
+  def one_key_block(dq_blocks: Array, kv: tuple[Array, Array]):
+    k, v = kv
+
+    def one_query_block(dkv: tuple[Array, Array], qd: tuple[Array, Array, Array]):
+      q, dout, dq = qd
+      _, vjp = jax.vjp(spec.partial_output, q, k, v)
+      gq, gk, gv = vjp(dout)
+      return (dkv[0] + gk, dkv[1] + gv), dq + gq
+
+    (dk, dv), dq_blocks = lax.scan(one_query_block, (grad(k), grad(v)),
+                                   (q_blocks, dout_blocks, dq_blocks))
+    return dq_blocks, (dk, dv)
+
+  dq_blocks, (dk_blocks, dv_blocks) = lax.scan(one_key_block, grad(q_blocks),
+                                               (k_blocks, v_blocks))
+  return _from_blocks(dq_blocks), _from_blocks(dk_blocks), _from_blocks(dv_blocks)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _blocked_attention(spec: _BlockSpec, query: Array, key: Array, value: Array) -> Array:
+  return _blocked_forward(spec, query, key, value)
+
+
+def _blocked_attention_fwd(spec, query, key, value):
+  return _blocked_forward(spec, query, key, value), (query, key, value)
+
+
+def _blocked_attention_bwd(spec, residuals, d_out):
+  grads = _blocked_backward(spec, *residuals, d_out)
+  return tuple(g.astype(x.dtype) for g, x in zip(grads, residuals, strict=True))
+
+
+_blocked_attention.defvjp(_blocked_attention_fwd, _blocked_attention_bwd)
+
+
+def _ring_rotate(tree: Any, axis: str, size: int) -> Any:
+  """Every device sends `tree` to the next one along the mesh axis `axis` (a ring)."""
+  return lax.ppermute(tree, axis, [(i, (i + 1) % size) for i in range(size)])
+
+
+def _ring_forward(spec: _BlockSpec, axis: str, size: int, query: Array, key: Array,
+                  value: Array) -> Array:
+  """Per-device shards -> this device's output shard: the local key shard, then size - 1
+  shards arriving from the previous device, each added to the output; only k and v move."""
+  def step(carry, _):
+    out, k, v = carry
+    k, v = _ring_rotate((k, v), axis, size)
+    return (out + _blocked_forward(spec, query, k, v), k, v), None
+
+  first = _blocked_forward(spec, query, key, value)
+  return lax.scan(step, (first, key, value), length=size - 1)[0][0]
+
+
+def _ring_backward(spec: _BlockSpec, axis: str, size: int, query: Array, key: Array,
+                   value: Array, d_out: Array) -> tuple[Array, Array, Array]:
+  """The ring in reverse roles: k, v and their gradients stay, while each query shard travels
+  with its output cotangent and a dq accumulator, which is back on the shard's own device after
+  size - 1 hops. Three shards move per hop instead of four (k, v, dk, dv)."""
+  dq_local, dk, dv = _blocked_backward(spec, query, key, value, d_out)
+
+  def step(carry, _):
+    q, dout, dq, dk, dv = carry
+    q, dout = _ring_rotate((q, dout), axis, size)
+    gq, gk, gv = _blocked_backward(spec, q, key, value, dout)
+    return (q, dout, _ring_rotate(dq + gq, axis, size), dk + gk, dv + gv), None
+
+  init = (query, d_out, jnp.zeros_like(dq_local), dk, dv)
+  _, _, dq, dk, dv = lax.scan(step, init, length=size - 1)[0]
+  return dq_local + dq, dk, dv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _ring_attention(spec: _BlockSpec, axis: str, size: int, query: Array, key: Array,
+                    value: Array) -> Array:
+  return _ring_forward(spec, axis, size, query, key, value)
+
+
+def _ring_attention_fwd(spec, axis, size, query, key, value):
+  return _ring_forward(spec, axis, size, query, key, value), (query, key, value)
+
+
+def _ring_attention_bwd(spec, axis, size, residuals, d_out):
+  grads = _ring_backward(spec, axis, size, *residuals, d_out)
+  return tuple(g.astype(x.dtype) for g, x in zip(grads, residuals, strict=True))
+
+
+_ring_attention.defvjp(_ring_attention_fwd, _ring_attention_bwd)
+
+
+def _check_blockwise(what: str, activation: str, seqlen_alpha: float, mask: Array | None,
+                     block_size: int) -> None:
+  validate_attention(activation, seqlen_alpha)
+  _require_pointwise(what, activation)
+  if mask is not None:
+    raise ValueError(f"{what} takes no mask (a ViT needs none); use attention_impl='dense' for "
+                     "masked attention.")
+  if not (isinstance(block_size, int) and block_size >= 1):
+    raise ValueError(f"block_size must be a positive int, got {block_size!r}.")
+
+
+def _flatten_and_pad(x: Array, length: int) -> Array:
+  """`[batch..., len, heads, d]` -> `[B, length, heads, d]`, zeros appended along len.
+
+  Zero keys and values are how the blockwise paths pad: a padded key's weight h(q . 0) is
+  finite and multiplies a zero value, so it adds exactly 0 to every output, and its score
+  gradient (d_out . v = 0) is exactly 0 too; the scale keeps the unpadded key_len.
+  """
+  x = x.reshape(-1, *x.shape[-3:])
+  return jnp.pad(x, ((0, 0), (0, length - x.shape[1]), (0, 0), (0, 0)))
+
+
+def _blockwise_call(core: Callable[[_BlockSpec, Array, Array, Array], Array], query: Array,
+                    key: Array, value: Array, *, parts: int = 1, activation: str,
+                    seqlen_alpha: float, block_size: int, dtype: Any, precision: Any,
+                    float32_scores: bool) -> Array:
+  """Runs `core(spec, q, k, v)` on `[B, len, heads, d]` arrays whose lengths are zero-padded to
+  `parts` equal pieces (devices) of whole blocks of at most `block_size`, and undoes the
+  padding and the batch flattening: `[batch..., q_len, heads, v_dim]` in `dtype`."""
+  q_len, k_len = query.shape[-3], key.shape[-3]
+  q_block, q_part = _block_len(-(-q_len // parts), block_size)
+  k_block, k_part = _block_len(-(-k_len // parts), block_size)
+  spec = _BlockSpec(activation, float(seqlen_alpha), k_len, float32_scores, precision,
+                    q_block, k_block)
+  out = core(spec, _flatten_and_pad(query, parts * q_part), _flatten_and_pad(key, parts * k_part),
+             _flatten_and_pad(value, parts * k_part))
+  return out[:, :q_len].reshape(*query.shape[:-1], value.shape[-1]).astype(dtype or value.dtype)
+
+
+def chunked_pointwise_attention(query: Array, key: Array, value: Array, *,
+                                activation: str = "relu", seqlen_alpha: float = 1.0,
+                                block_size: int = 512, mask: Array | None = None,
+                                dtype: Any = None, precision: Any = None,
+                                float32_scores: bool = True) -> Array:
+  """Pointwise attention in query x key blocks of at most `block_size`: the same function as
+  `pointwise_attention`, memory O(len x block) in the forward and backward passes.
+
+  Args:
+    query: `[batch..., q_len, heads, head_dim]`.
+    key: `[batch..., k_len, heads, head_dim]`.
+    value: `[batch..., k_len, heads, v_dim]`.
+    activation: a pointwise one (not softmax).
+    seqlen_alpha: weights are `k_len ** -seqlen_alpha * h(q.k / sqrt(head_dim))`.
+    block_size: largest query and key block; lengths are split into equal blocks with the
+      least zero padding.
+    mask: must be None.
+    dtype, precision, float32_scores: as in `pointwise_attention`.
+  Returns:
+    `[batch..., q_len, heads, v_dim]`.
+  """
+  _check_blockwise("attention_impl='chunked'", activation, seqlen_alpha, mask, block_size)
+  return _blockwise_call(_blocked_attention, query, key, value, activation=activation,
+                         seqlen_alpha=seqlen_alpha, block_size=block_size, dtype=dtype,
+                         precision=precision, float32_scores=float32_scores)
+
+
+def seq_parallel_pointwise_attention(query: Array, key: Array, value: Array, *,
+                                     activation: str = "relu", seqlen_alpha: float = 1.0,
+                                     mesh: jax.sharding.Mesh | jax.sharding.AbstractMesh
+                                     | None = None,
+                                     seq_axis: str = "seq", block_size: int = 512,
+                                     mask: Array | None = None, dtype: Any = None,
+                                     precision: Any = None, float32_scores: bool = True
+                                     ) -> Array:
+  """Pointwise attention with the sequence split over the mesh axis `seq_axis` (ring attention).
+
+  Inside a `shard_map` that is manual over `seq_axis` only (other axes, e.g. the batch's 'data',
+  stay with the compiler), each device keeps its query shard; key/value shards travel around the
+  ring with `ppermute` and each partial output is added to the local sum. Local blocks are
+  computed as in `chunked_pointwise_attention`. A custom VJP runs the ring again in the backward
+  pass, there with the query shards, their output cotangents and dq travelling, so no device
+  ever holds more than one remote shard of anything. Lengths are zero-padded to a multiple of
+  the axis size (times the local block).
+
+  Args:
+    query, key, value, activation, seqlen_alpha, block_size, mask, dtype, precision,
+      float32_scores: as in `chunked_pointwise_attention` (`[batch..., len, heads, d]`).
+    mesh: the device mesh; None takes the context mesh (`jax.set_mesh`).
+    seq_axis: the mesh axis the sequence is split over.
+  Returns:
+    `[batch..., q_len, heads, v_dim]`, sharded over `seq_axis` along q_len.
+  """
+  _check_blockwise("attention_impl='seq_parallel'", activation, seqlen_alpha, mask, block_size)
+  mesh = jax.sharding.get_abstract_mesh() if mesh is None else mesh
+  if seq_axis not in mesh.axis_names:
+    raise ValueError(
+        f"attention_impl='seq_parallel' needs a mesh with the sequence axis {seq_axis!r}; got "
+        f"axes {tuple(mesh.axis_names)}. Pass mesh= (e.g. [('data', 2), ('seq', 4)]) or run "
+        "under jax.set_mesh(mesh).")
+  size = mesh.shape[seq_axis]
+  sharded = P(None, seq_axis)  # [B, len, heads, d]: len split over the ring
+
+  def ring(spec, q, k, v):
+    return jax.shard_map(functools.partial(_ring_attention, spec, seq_axis, size), mesh=mesh,
+                         in_specs=(sharded, sharded, sharded), out_specs=sharded,
+                         axis_names={seq_axis})(q, k, v)
+
+  return _blockwise_call(ring, query, key, value, parts=size, activation=activation,
+                         seqlen_alpha=seqlen_alpha, block_size=block_size, dtype=dtype,
+                         precision=precision, float32_scores=float32_scores)
+
+
+# ------------------------------------------------------------------- Pallas (experimental)
+
+
+def _pallas_forward(spec: _BlockSpec, interpret: bool, query: Array, key: Array,
+                    value: Array) -> Array:
+  """`_blocked_forward` as one Pallas kernel: grid (batch, query block, key block), each step
+  adding `_BlockSpec.partial_output` of its blocks into the output block, which stays resident
+  while the innermost grid axis walks the key blocks (no running max, no denominator)."""
+  batch, q_len, heads, _ = query.shape
+  grid = (batch, q_len // spec.q_block, key.shape[1] // spec.k_block)
+
+  def kernel(q_ref, k_ref, v_ref, out_ref):
+    part = spec.partial_output(q_ref[...], k_ref[...], v_ref[...])
+
+    @pl.when(pl.program_id(2) == 0)
+    def _():
+      out_ref[...] = part
+
+    @pl.when(pl.program_id(2) > 0)
+    def _():
+      out_ref[...] += part
+
+  def block(length: int, x: Array, by_key: bool) -> pl.BlockSpec:
+    return pl.BlockSpec((1, length, heads, x.shape[-1]),
+                        lambda b, i, j: (b, j if by_key else i, 0, 0))
+
+  out_shape = jax.ShapeDtypeStruct((batch, q_len, heads, value.shape[-1]),
+                                   spec.output_dtype(query, key, value))
+  return pl.pallas_call(
+      kernel, out_shape=out_shape, grid=grid,
+      in_specs=[block(spec.q_block, query, False), block(spec.k_block, key, True),
+                block(spec.k_block, value, True)],
+      out_specs=block(spec.q_block, value, False), interpret=interpret)(query, key, value)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _pallas_attention(spec: _BlockSpec, interpret: bool, query: Array, key: Array,
+                      value: Array) -> Array:
+  return _pallas_forward(spec, interpret, query, key, value)
+
+
+def _pallas_attention_fwd(spec, interpret, query, key, value):
+  return _pallas_forward(spec, interpret, query, key, value), (query, key, value)
+
+
+def _pallas_attention_bwd(spec, interpret, residuals, d_out):
+  del interpret  # the backward is chunked's recomputing one, in XLA
+  return _blocked_attention_bwd(spec, residuals, d_out)
+
+
+_pallas_attention.defvjp(_pallas_attention_fwd, _pallas_attention_bwd)
+
+
+def pallas_pointwise_attention(query: Array, key: Array, value: Array, *,
+                               activation: str = "relu", seqlen_alpha: float = 1.0,
+                               block_size: int = 128, interpret: bool = False,
+                               dtype: Any = None, precision: Any = None,
+                               float32_scores: bool = True) -> Array:
+  """Experimental: `chunked_pointwise_attention` with its forward pass as a Pallas kernel.
+
+  The kernel computes each block with `_BlockSpec.partial_output`, i.e. the same
+  `_scores`/`pointwise_weights` as every other path; the backward pass is chunked's (XLA).
+  Tested against the dense path in interpret mode on CPU (`interpret=True`) only; it is not an
+  `attention_impl` because no accelerator lowering of it has been checked.
+
+  Args: as `chunked_pointwise_attention`, plus `interpret` (run the kernel with the Pallas
+    interpreter, the only mode on CPU).
+  Returns:
+    `[batch..., q_len, heads, v_dim]`.
+  """
+  _check_blockwise("pallas_pointwise_attention", activation, seqlen_alpha, None, block_size)
+  return _blockwise_call(lambda spec, q, k, v: _pallas_attention(spec, interpret, q, k, v),
+                         query, key, value, activation=activation, seqlen_alpha=seqlen_alpha,
+                         block_size=block_size, dtype=dtype, precision=precision,
+                         float32_scores=float32_scores)
 
 
 class MultiHeadDotProductAttention(nn.Module):
@@ -172,6 +573,10 @@ class MultiHeadDotProductAttention(nn.Module):
   projection `gate` of the query input, shaped like the per-head output `[..., heads,
   head_dim]`, multiplies the attention output elementwise before `out` (the paper's gating
   ablation; bias on, activation `gate_activation`, 'none' by default as the paper names none).
+
+  `impl` picks the implementation (ATTENTION_IMPLS): 'dense', or for a pointwise activation
+  'chunked' (blocks of at most `block_size`) or 'seq_parallel' (a ring over the mesh axis
+  `seq_axis` of `mesh`; None: the context mesh). The parameters are the same for all three.
   """
   num_heads: int
   activation: str = "softmax"
@@ -182,6 +587,10 @@ class MultiHeadDotProductAttention(nn.Module):
   dtype: Any = None
   kernel_init: Callable[..., Array] = nn.initializers.xavier_uniform()
   float32_scores: bool = True
+  impl: str = "dense"
+  block_size: int = 512
+  mesh: jax.sharding.Mesh | jax.sharding.AbstractMesh | None = None
+  seq_axis: str = "seq"
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Array | None = None, *,
@@ -189,6 +598,10 @@ class MultiHeadDotProductAttention(nn.Module):
     """inputs_q `[batch, q_len, width]`, inputs_kv `[batch, k_len, width]` (default: inputs_q)
     -> `[batch, q_len, width]`."""
     validate_attention(self.activation, self.seqlen_alpha)
+    validate_attention_impl(self.impl, self.activation)
+    if sow_weights and self.impl != "dense":
+      raise ValueError(f"sow_weights=True needs impl='dense': impl={self.impl!r} never "
+                       "materialises the attention weights.")
     if self.gate_activation not in GATE_ACTIVATIONS:
       raise ValueError(f"Unknown gate_activation {self.gate_activation!r}; valid choices: "
                        f"{', '.join(GATE_ACTIVATIONS)}.")
@@ -210,10 +623,15 @@ class MultiHeadDotProductAttention(nn.Module):
       # Per-head LayerNorm over head_dim, scale only: flax's normalize_qk=True.
       query = nn.LayerNorm(use_bias=False, dtype=self.dtype, name="query_ln")(query)
       key = nn.LayerNorm(use_bias=False, dtype=self.dtype, name="key_ln")(key)
-    x = pointwise_attention(query, key, value, activation=self.activation,
-                            seqlen_alpha=self.seqlen_alpha, mask=mask, dtype=self.dtype,
-                            float32_scores=self.float32_scores,
-                            module=self if sow_weights else None)
+    common = dict(activation=self.activation, seqlen_alpha=self.seqlen_alpha, mask=mask,
+                  dtype=self.dtype, float32_scores=self.float32_scores)
+    if self.impl == "dense":
+      x = pointwise_attention(query, key, value, **common, module=self if sow_weights else None)
+    elif self.impl == "chunked":
+      x = chunked_pointwise_attention(query, key, value, **common, block_size=self.block_size)
+    else:
+      x = seq_parallel_pointwise_attention(query, key, value, **common, mesh=self.mesh,
+                                           seq_axis=self.seq_axis, block_size=self.block_size)
     if self.gated:
       gate = dense(name="gate")(inputs_q)
       x = x * GATE_ACTIVATIONS[self.gate_activation](gate)

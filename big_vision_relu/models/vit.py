@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
+from big_vision_relu import sharding
 from big_vision_relu.models import attention as attn
 
 Array = jax.Array
@@ -41,7 +42,7 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
 }
 POOL_TYPES = ("gap", "tok", "map", "0", "none")
 POSEMB_TYPES = ("learn", "sincos2d")
-ATTENTION_IMPLS = ("dense",)
+ATTENTION_IMPLS = attn.ATTENTION_IMPLS
 
 
 def decode_variant(variant: str) -> dict[str, Any]:
@@ -105,6 +106,11 @@ class Encoder1DBlock(nn.Module):
   qk_norm: bool = False
   gated: bool = False
   gate_activation: str = "none"
+  sow_attention_weights: bool = False
+  attention_impl: str = "dense"
+  attention_block_size: int = 512
+  mesh: jax.sharding.Mesh | None = None
+  seq_axis: str = "seq"
 
   @nn.compact
   def __call__(self, x: Array, deterministic: bool = True) -> tuple[Array, dict[str, Array]]:
@@ -113,7 +119,8 @@ class Encoder1DBlock(nn.Module):
     y = out["sa"] = attn.MultiHeadDotProductAttention(
         num_heads=self.num_heads, activation=self.attention, seqlen_alpha=self.seqlen_alpha,
         qk_norm=self.qk_norm, gated=self.gated, gate_activation=self.gate_activation,
-        dtype=self.dtype_mm)(y)
+        dtype=self.dtype_mm, impl=self.attention_impl, block_size=self.attention_block_size,
+        mesh=self.mesh, seq_axis=self.seq_axis)(y, sow_weights=self.sow_attention_weights)
     y = nn.Dropout(rate=self.dropout)(y, deterministic)
     x = out["+sa"] = x + y
     y = nn.LayerNorm()(x)
@@ -144,7 +151,8 @@ class Encoder(nn.Module):
       # Remat only applies with scan (as in big_vision): the per-layer loop keeps activations.
       block = nn.remat(Encoder1DBlock, prevent_cse=False, static_argnums=(2,),
                        policy=getattr(jax.checkpoint_policies, self.remat_policy, None))
-      x, scan_out = nn.scan(block, variable_axes={"params": 0},
+      # Sown intermediates (e.g. attention weights) get the leading depth axis, as params do.
+      x, scan_out = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
                             split_rngs={"params": True, "dropout": True},
                             in_axes=nn.broadcast, length=self.depth)(
                                 name="encoderblock", **block_kw)(x, deterministic)
@@ -198,6 +206,19 @@ class _Model(nn.Module):
   gated: bool = False
   gate_activation: str = "none"
   attention_impl: str = "dense"
+  attention_block_size: int = 512
+  mesh: Any = None
+  seq_axis: str = "seq"
+  # Sow each encoder block's attention weights `[n, heads, q, k]` into the `intermediates`
+  # collection (apply with mutable=["intermediates"]); no parameters, no change to the output.
+  sow_attention_weights: bool = False
+
+  def attention_mesh(self) -> jax.sharding.Mesh | None:
+    """`mesh` as a Mesh: config.mesh-style axes [(name, size), ...] are built over all devices
+    (`sharding.make_mesh`, so it equals the trainer's mesh for the same axes)."""
+    if self.mesh is None or isinstance(self.mesh, jax.sharding.Mesh):
+      return self.mesh
+    return sharding.make_mesh(self.mesh)
 
   def validate(self) -> None:
     """Raises ValueError for bad options (also called at the start of every call)."""
@@ -212,9 +233,11 @@ class _Model(nn.Module):
       raise ValueError(f"Unknown pool_type {self.pool_type!r}; valid: {', '.join(POOL_TYPES)}.")
     if self.posemb not in POSEMB_TYPES:
       raise ValueError(f"Unknown posemb {self.posemb!r}; valid: {', '.join(POSEMB_TYPES)}.")
-    if self.attention_impl not in ATTENTION_IMPLS:
-      raise ValueError(f"Unknown attention_impl {self.attention_impl!r}; valid: "
-                       f"{', '.join(ATTENTION_IMPLS)}.")
+    attn.validate_attention_impl(self.attention_impl, self.attention)
+    mesh = self.attention_mesh()
+    if mesh is not None and self.seq_axis not in mesh.axis_names:
+      raise ValueError(f"model.mesh has no sequence axis seq_axis={self.seq_axis!r} (axes: "
+                       f"{', '.join(mesh.axis_names)}).")
 
   @nn.compact
   def __call__(self, image: Array, *, train: bool = False) -> tuple[Array, dict[str, Any]]:
@@ -243,7 +266,11 @@ class _Model(nn.Module):
         dropout=self.dropout, scan=self.scan, remat_policy=self.remat_policy, dtype_mm=dtype_mm,
         block_kw=dict(attention=self.attention, seqlen_alpha=self.seqlen_alpha,
                       qk_norm=self.qk_norm, gated=self.gated,
-                      gate_activation=self.gate_activation),
+                      gate_activation=self.gate_activation,
+                      sow_attention_weights=self.sow_attention_weights,
+                      attention_impl=self.attention_impl,
+                      attention_block_size=self.attention_block_size,
+                      mesh=self.attention_mesh(), seq_axis=self.seq_axis),
         name="Transformer")(x, deterministic=not train)
     encoded = out["encoded"] = x
 
@@ -283,7 +310,12 @@ def Model(num_classes: int | None = None, *, variant: str | None = None,  # noqa
   rep_size, dropout, pool_type (gap | tok | map | 0 | none), head_zeroinit, scan, remat_policy,
   dtype_mm; ours: attention (softmax | relu | relu2 | gelu | softplus | identity | relu6 |
   sigmoid), seqlen_alpha, qk_norm, gated, gate_activation (none | silu | sigmoid),
-  attention_impl (dense). Explicit keywords override the variant's values.
+  attention_impl (dense | chunked | seq_parallel; the blockwise two for pointwise attention
+  only), attention_block_size (largest block of chunked, and of seq_parallel's local blocks),
+  mesh and seq_axis (seq_parallel splits the sequence over the mesh axis seq_axis, 'seq' by
+  default; mesh is a Mesh or config.mesh-style axes such as [('data', 2), ('seq', 4)], None =
+  the context mesh of jax.set_mesh), sow_attention_weights (inspection: see `_Model`; dense
+  only). Explicit keywords override the variant's values.
   """
   return _Model(num_classes=num_classes, **{**(decode_variant(variant) if variant else {}), **kw})
 

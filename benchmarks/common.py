@@ -1,0 +1,93 @@
+"""Shared measurement helpers of the benchmarks (timing, compiled memory, matmul peak, tables).
+
+Every benchmark compares against baselines measured in the same process, so the ratios it
+prints are not skewed by a different machine or a different load; absolute numbers on a shared
+CPU are noisy, which is why the timings are the MINIMUM over repeats (the run least disturbed by
+other processes), not the mean.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+MIB = 2.0 ** 20
+
+
+def compile_fn(fn: Callable[..., Any], *args: Any, **jit_kw: Any) -> jax.stages.Compiled:
+  """`jax.jit(fn, **jit_kw)` lowered and compiled for `args` (compiling allocates nothing)."""
+  return jax.jit(fn, **jit_kw).lower(*args).compile()
+
+
+def min_times(runs: Mapping[str, tuple[Callable[..., Any], Sequence[Any]]], rounds: int = 3,
+              max_seconds: float = 120.0) -> dict[str, float]:
+  """{name: seconds of its fastest call} for `runs` {name: (compiled, args)}.
+
+  Each run is called once to warm up, then the runs take turns, one call each per round, so a
+  change in the machine's load hits every run alike instead of whichever ran during it. Rounds
+  stop after `max_seconds` (at least one round always runs).
+  """
+  for fn, args in runs.values():
+    jax.block_until_ready(fn(*args))
+  times: dict[str, list[float]] = {name: [] for name in runs}
+  started = time.perf_counter()
+  for _ in range(rounds):
+    for name, (fn, args) in runs.items():
+      start = time.perf_counter()
+      jax.block_until_ready(fn(*args))
+      times[name].append(time.perf_counter() - start)
+    if time.perf_counter() - started > max_seconds:
+      break
+  return {name: min(t) for name, t in times.items()}
+
+
+def memory_mib(compiled: jax.stages.Compiled) -> dict[str, float]:
+  """XLA's buffer assignment of a compiled executable, in MiB.
+
+  temp: the preallocated scratch of intermediates, sized by XLA's heap simulation as the most
+    bytes simultaneously live (the working memory beyond inputs and outputs);
+  peak: arguments + outputs + temp - buffers aliased between them: the most device memory the
+    executable needs while it runs. Neither includes the generated code.
+  """
+  stats = compiled.memory_analysis()
+  temp = stats.temp_size_in_bytes
+  peak = (stats.argument_size_in_bytes + stats.output_size_in_bytes + temp
+          - stats.alias_size_in_bytes)
+  return {"temp": temp / MIB, "peak": peak / MIB}
+
+
+MATMUL_SIZES = (1024, 2048, 4096)
+
+
+def matmul_runs(sizes: Sequence[int] = MATMUL_SIZES) -> dict[str, tuple[Any, tuple]]:
+  """{name: (compiled, args)} of square float32 `[n, n] x [n, n]` matmuls, timed next to the
+  benchmark's own runs (see `matmul_rates`)."""
+  runs = {}
+  for n in sizes:
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
+    runs[f"matmul {n}"] = compile_fn(lambda a, b: a @ b, a, b), (a, b)
+  return runs
+
+
+def matmul_rates(seconds: Mapping[Any, float]) -> dict[str, float]:
+  """{name: FLOP/s} of the `matmul_runs` among `seconds` (from `min_times`); the fastest is
+  this machine's measured matmul peak, the denominator of the model FLOP utilisation."""
+  return {name: 2 * int(name.split()[1]) ** 3 / t for name, t in seconds.items()
+          if isinstance(name, str) and name.startswith("matmul ")}
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+  """A Markdown table (pasted as is into docs/benchmarks.md)."""
+  cells = [[str(c) for c in row] for row in rows]
+  widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+  for values in (headers, ["-" * w for w in widths], *cells):
+    print("| " + " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)) + " |")
+
+
+def ratio(value: float | None, baseline: float | None) -> str:
+  """'0.42x', or '-' when either side was not measured."""
+  return "-" if value is None or baseline is None else f"{value / baseline:.2f}x"

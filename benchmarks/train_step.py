@@ -1,0 +1,162 @@
+r"""Full training-step throughput and model FLOP utilisation, softmax vs relu/L.
+
+    python benchmarks/train_step.py [--variants Ti/16,S/16] [--batch 32]
+
+The step is the trainer's own (`train.make_update_fn`: forward, backward, the recipe's optimizer
+with clipping and decoupled weight decay) for the paper's ImageNet-21k recipe
+(`configs/vit_i21k.py`: 224 px, GAP head of 21,843 classes, qk-layernorm), on random images.
+MFU = model FLOPs per second / this machine's float32 matmul peak (the fastest of square
+matmuls of 1024, 2048 and 4096, timed in turn with the steps).
+Model FLOPs are the analytic matmul count of `big_vision_relu.cost` (x3 for forward +
+backward), the usual MFU convention; XLA's own count of the compiled step is printed next to it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import importlib.util
+import json
+import pathlib
+import re
+import tempfile
+
+import jax
+import jax.numpy as jnp
+
+from big_vision_relu import cost, optim
+from big_vision_relu import train as train_lib
+
+import common
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def recipe_config(variant: str, attention: str, attention_impl: str):
+  """configs/vit_i21k.py for `variant` and `attention`, with the attention implementation."""
+  path = ROOT / "configs" / "vit_i21k.py"
+  spec = importlib.util.spec_from_file_location(path.stem, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config(f"variant={variant},attention={attention}")
+  if attention != "softmax":
+    config.model.attention_impl = attention_impl
+  return config
+
+
+def make_step(config, batch_size: int, image_size: int):
+  """(compiled trainer update step, its (state, batch) arguments)."""
+  model = train_lib.make_model(config)
+  images = jax.random.normal(jax.random.PRNGKey(0), (batch_size, image_size, image_size, 3))
+  labels = jax.nn.one_hot(jnp.arange(batch_size) % config.num_classes, config.num_classes)
+  params = jax.jit(model.init)(jax.random.PRNGKey(1), images[:1])["params"]
+  tx, _ = optim.make_optimizer(config, params, total_steps=100_000)
+  # The trainer's state layout (train.setup's init_state).
+  state = dict(params=params, opt_state=jax.jit(tx.init)(params), step=jnp.zeros((), jnp.int32),
+               rng=jax.random.PRNGKey(2), nonfinite_step=jnp.full((), -1, jnp.int32))
+  batch = dict(image=images, labels=labels)
+  compiled = common.compile_fn(train_lib.make_update_fn(model, tx, config), state, batch)
+  return compiled, (state, batch)
+
+
+def op_times(compiled, args) -> dict[str, float]:
+  """Seconds per kind of XLA op in one profiled call of `compiled` (jax.profiler's trace).
+
+  Kinds: 'matmul' for dots, convolutions and fusions containing one; any other op by its name
+  without the number (e.g. 'transpose_copy_fusion'). Ops of the two CPU threads can overlap, so
+  the total may exceed the step's wall time.
+  """
+  hlo = compiled.as_text()
+  bodies = dict(re.findall(r"^%(\S+) .*?\{\n(.*?)\n\}", hlo, re.M | re.S))
+  calls = dict(re.findall(r"%(\S+) = .*?calls=%([\w.\-]+)", hlo))
+
+  def kind(op: str) -> str:
+    if re.search(r" (dot|convolution)\(", bodies.get(calls.get(op, ""), "")) or op.startswith(
+        ("dot", "convolution")):
+      return "matmul"
+    return re.sub(r"\.\d+$", "", op)
+
+  with tempfile.TemporaryDirectory() as trace_dir:
+    jax.block_until_ready(compiled(*args))
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+      jax.block_until_ready(compiled(*args))
+    (trace,) = pathlib.Path(trace_dir).rglob("*.trace.json.gz")
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+  seconds = collections.Counter()
+  for event in events:
+    op = event.get("args", {}).get("hlo_op")
+    if event.get("ph") == "X" and op:
+      seconds[kind(op)] += event["dur"] / 1e6
+  return dict(seconds)
+
+
+def print_profile(name: str, times: dict[str, float], model_flops: float, top: int = 8) -> None:
+  total = sum(times.values())
+  print(f"\n{name}: {total:.2f} s of XLA ops; matmuls {100 * times['matmul'] / total:.0f}% at "
+        f"{model_flops / times['matmul'] / 1e9:.1f} GFLOP/s (model FLOPs / matmul time)")
+  common.print_table(("op kind", "s", "share"), [
+      (k, f"{t:.3f}", f"{100 * t / total:.1f}%")
+      for k, t in sorted(times.items(), key=lambda kv: -kv[1])[:top]])
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--variants", default="Ti/16,S/16")
+  parser.add_argument("--attentions", default="softmax,relu")
+  parser.add_argument("--attention_impl", default="dense",
+                      help="implementation of the pointwise attentions (softmax is dense)")
+  parser.add_argument("--batch", type=int, default=32)
+  parser.add_argument("--image_size", type=int, default=224)
+  parser.add_argument("--rounds", type=int, default=3,
+                      help="timed calls per step (interleaved with the matmuls); fastest counts")
+  parser.add_argument("--profile", action="store_true",
+                      help="also print where each step's time goes, by kind of XLA op")
+  args = parser.parse_args()
+  print(f"jax {jax.__version__}, {jax.device_count()} device(s), batch {args.batch}, "
+        f"{args.image_size} px", flush=True)
+
+  runs, flops = common.matmul_runs(), {}
+  for variant in args.variants.split(","):
+    for attention in args.attentions.split(","):
+      config = recipe_config(variant, attention, args.attention_impl)
+      compiled, step_args = make_step(config, args.batch, args.image_size)
+      runs[variant, attention] = compiled, step_args
+      flops[variant, attention] = (
+          3 * args.batch * cost.forward_flops_per_image(
+              dict(config.model), image_size=args.image_size, num_classes=config.num_classes),
+          compiled.cost_analysis().get("flops", float("nan")))
+      print(f"compiled {variant} {attention}", flush=True)
+  seconds = common.min_times(runs, rounds=args.rounds, max_seconds=args.rounds * 60.0)
+  rates = common.matmul_rates(seconds)
+  peak = max(rates.values())
+
+  rows = []
+  for key, (model_flops, xla_flops) in flops.items():
+    variant, attention = key
+    step_s = seconds[key]
+    rows.append((variant, attention, f"{step_s:.3f}", f"{args.batch / step_s:.2f}",
+                 common.ratio(seconds.get((variant, "softmax")), step_s),
+                 f"{model_flops / 1e9:.0f}", f"{xla_flops / 1e9:.0f}",
+                 f"{model_flops / step_s / 1e9:.1f}", f"{100 * model_flops / step_s / peak:.1f}%"))
+  print("\nfloat32 matmuls [n, n] x [n, n]: " + ", ".join(
+      f"{name.split()[1]}: {rate / 1e9:.1f} GFLOP/s" for name, rate in rates.items()) +
+      f"; peak (the fastest) {peak / 1e9:.1f} GFLOP/s\n")
+  common.print_table(("variant", "attention", "s/step", "img/s", "throughput vs softmax",
+                      "model GFLOP/step", "XLA GFLOP/step", "GFLOP/s", "MFU"), rows)
+  print("\nTargets:")
+  for (variant, attention), (model_flops, _) in flops.items():
+    if attention != "softmax" and (variant, "softmax") in seconds:
+      r = seconds[variant, "softmax"] / seconds[variant, attention]
+      print(f"  {variant} {attention} throughput {r:.2f}x softmax (target >= 1): "
+            f"{'met' if r >= 1 else 'NOT met'}")
+    if variant.startswith("S/16"):
+      mfu = model_flops / seconds[variant, attention] / peak
+      print(f"  {variant} {attention} MFU {100 * mfu:.1f}% (target >= 60%): "
+            f"{'met' if mfu >= 0.6 else 'NOT met'}")
+  if args.profile:
+    for (variant, attention), (model_flops, _) in flops.items():
+      print_profile(f"{variant} {attention}", op_times(*runs[variant, attention]), model_flops)
+
+
+if __name__ == "__main__":
+  main()
