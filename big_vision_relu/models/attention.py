@@ -23,8 +23,10 @@ Three implementations (`ATTENTION_IMPLS`):
   seq_parallel  `seq_parallel_pointwise_attention`: `shard_map` over a mesh axis for the sequence;
                 key/value shards travel around a ring (`ppermute`) and the partial outputs are
                 added where the queries live, so no row max or row sum is ever exchanged.
-The blockwise paths are pointwise only (softmax's row statistics span every key) and take no
-mask (a ViT has none).
+The blockwise paths are pointwise only (softmax's row statistics span every key), take no mask
+(a ViT has none), and zero-pad lengths to whole blocks (the scale keeps the real key_len).
+`pallas_pointwise_attention` is chunked with its forward pass as a Pallas kernel (experimental:
+checked in interpret mode on CPU only, so not an `attention_impl`).
 """
 from __future__ import annotations
 
