@@ -9,6 +9,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import importlib.util
 import pathlib
+import socket
 
 import pytest
 
@@ -22,6 +23,19 @@ def load_config_module(relative_path: str):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def block_network(mp: pytest.MonkeyPatch) -> list:
+  """Makes every socket connection / DNS lookup raise; returns the list of attempts."""
+  attempts = []
+
+  def refuse(*args, **kwargs):
+    attempts.append(args)
+    raise OSError("network disabled by the test")
+  for name in ("create_connection", "getaddrinfo"):
+    mp.setattr(socket, name, refuse)
+  mp.setattr(socket.socket, "connect", refuse)
+  return attempts
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,4 @@
 """Offline TFDS builders (mnist5k, digits) and fail-fast lookup of unprepared datasets."""
-import socket
 import time
 
 import numpy as np
@@ -8,18 +7,7 @@ import tensorflow_datasets as tfds
 
 from big_vision_relu.data import builders, datasets
 
-
-def _block_network(mp: pytest.MonkeyPatch) -> list:
-  """Makes every socket connection / DNS lookup raise; returns the list of attempts."""
-  attempts = []
-
-  def refuse(*args, **kwargs):
-    attempts.append(args)
-    raise OSError("network disabled by the test")
-  for name in ("create_connection", "getaddrinfo"):
-    mp.setattr(socket, name, refuse)
-  mp.setattr(socket.socket, "connect", refuse)
-  return attempts
+from conftest import block_network
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +16,7 @@ def data_dir(tmp_path_factory):
   tfds.disable_progress_bar()
   path = str(tmp_path_factory.getbasetemp() / "tfds_offline")
   with pytest.MonkeyPatch.context() as mp:
-    attempts = _block_network(mp)
+    attempts = block_network(mp)
     for name in builders.OFFLINE_DATASETS:
       datasets.get_builder(name, path)
   assert not attempts, f"building offline datasets tried the network: {attempts}"
@@ -108,7 +96,7 @@ def test_data_dir_defaults_to_tfds_data_dir_env(data_dir, monkeypatch):
     ("no_such_dataset_xyz", "no TFDS builder is registered"),
 ])
 def test_missing_dataset_fails_fast_with_instructions(tmp_path, monkeypatch, name, expected):
-  attempts = _block_network(monkeypatch)
+  attempts = block_network(monkeypatch)
   start = time.monotonic()
   with pytest.raises(datasets.DatasetNotPreparedError) as error:
     datasets.get_builder(name, str(tmp_path))

@@ -2,7 +2,6 @@
 import hashlib
 import io
 import os
-import socket
 import tarfile
 import time
 
@@ -14,6 +13,8 @@ import tensorflow_datasets as tfds
 
 from big_vision_relu.data import datasets, imagenet21k, label_maps
 
+from conftest import block_network
+
 # Real wnids, deliberately not in sorted order: labels are positions in this list.
 _ALL_WNIDS = label_maps.imagenet21k_wnids()
 WNIDS = (_ALL_WNIDS[21842], _ALL_WNIDS[7], _ALL_WNIDS[1000], _ALL_WNIDS[0])
@@ -23,19 +24,6 @@ CMYK = f"{WNIDS[1]}/{WNIDS[1]}_77.JPEG"
 PNG = f"{WNIDS[2]}/{WNIDS[2]}_88.JPEG"  # A PNG with a .JPEG name.
 GRAY = f"{WNIDS[3]}/{WNIDS[3]}_99.JPEG"
 REENCODED = (CMYK, PNG)
-
-
-def _block_network(mp: pytest.MonkeyPatch) -> list:
-  """Makes every socket connection / DNS lookup raise; returns the list of attempts."""
-  attempts = []
-
-  def refuse(*args, **kwargs):
-    attempts.append(args)
-    raise OSError("network disabled by the test")
-  for name in ("create_connection", "getaddrinfo"):
-    mp.setattr(socket, name, refuse)
-  mp.setattr(socket.socket, "connect", refuse)
-  return attempts
 
 
 def _encode(image: PIL.Image.Image, fmt: str) -> bytes:
@@ -121,7 +109,7 @@ def built(tmp_path_factory):
   manual_a = _write_manual_dir(root / "manual_a", files, WNIDS, variant=False)
   manual_b = _write_manual_dir(root / "manual_b", files, WNIDS, variant=True)
   with pytest.MonkeyPatch.context() as mp:
-    attempts = _block_network(mp)
+    attempts = block_network(mp)
     _build(manual_a, root / "data_a", _config())
     _build(manual_b, root / "data_b", _config())
   assert not attempts, f"the build tried the network: {attempts}"
@@ -219,7 +207,7 @@ def test_default_config_is_googles_21843_classes(tmp_path):
 
 
 def test_get_builder_fails_fast_with_the_manual_download_instructions(tmp_path, monkeypatch):
-  attempts = _block_network(monkeypatch)
+  attempts = block_network(monkeypatch)
   start = time.monotonic()
   with pytest.raises(datasets.DatasetNotPreparedError) as error:
     datasets.get_builder("imagenet21k", str(tmp_path))
