@@ -100,7 +100,10 @@ class Checkpointer:
       enable_async_checkpointing=async_save,
       create=True,
     )
-    self._directory = epath.Path(directory)
+    # orbax needs absolute paths (a relative --workdir is common on the command line); gs://
+    # paths are absolute already.
+    directory = os.fspath(directory)
+    self._directory = epath.Path(directory if "://" in directory else os.path.abspath(directory))
     self._manager = ocp.CheckpointManager(
       self._directory, item_names=("state", "extra"), options=options
     )

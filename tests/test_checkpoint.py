@@ -188,3 +188,19 @@ def test_mismatched_target_is_an_error_not_a_fallback(tmp_path, _collect_orbax_g
 def test_argument_errors(tmp_path, kw, match):
   with pytest.raises(ValueError, match=match):
     Checkpointer(tmp_path, **kw)
+
+
+def test_relative_directory_works(tmp_path, monkeypatch):
+  """`--workdir runs/x` is common; orbax itself only takes absolute paths."""
+  monkeypatch.chdir(tmp_path)
+  state = {"x": jnp.arange(4.0)}
+  ckpt = Checkpointer("runs/x/checkpoints", save_interval_steps=1, async_save=False)
+  assert ckpt.save(1, state, {"core_hours": 0.5})
+  ckpt.wait_until_finished()
+  target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+                        state)
+  restored = ckpt.restore_latest(target)
+  ckpt.close()
+  assert restored.step == 1 and restored.extra == {"core_hours": 0.5}
+  np.testing.assert_array_equal(restored.state["x"], state["x"])
+  assert (tmp_path / "runs" / "x" / "checkpoints" / "1").is_dir()
