@@ -17,8 +17,8 @@ later line is the one of the surviving run. Non-finite values are written as ``N
 
 :class:`Progress` measures ``img/sec/core`` (examples per second per device, excluding
 time spent in :meth:`Progress.paused` blocks such as evals) and ``core_hours`` (devices x
-wall-clock hours, cumulative over restarts: pass the checkpointed value back in), and
-formats the console line with the ETA.
+wall-clock hours on accelerators, the process's CPU time on the CPU backend; cumulative over
+restarts: pass the checkpointed value back in), and formats the console line with the ETA.
 """
 
 from __future__ import annotations
@@ -134,6 +134,7 @@ class Progress:
     examples_per_step: int,
     core_hours: float = 0.0,
     clock: Callable[[], float] = time.monotonic,
+    core_clock: Callable[[], float] | None = None,
   ) -> None:
     """Starts timing now (``clock()``).
 
@@ -144,6 +145,10 @@ class Progress:
       examples_per_step: global batch size.
       core_hours: core hours spent before this process (from the checkpoint; 0 if new).
       clock: seconds, monotonic; injectable for tests.
+      core_clock: core-seconds consumed, when devices x wall time is not the truth: on the CPU
+        backend one device is all the cores the process may use, so the trainer passes
+        `time.process_time` (CPU seconds of all its threads), which also stays right when other
+        jobs share the cores. None: core hours are num_devices x wall (``clock``) hours.
     """
     if min(total_steps, num_devices, examples_per_step) < 1:
       raise ValueError(
@@ -157,6 +162,8 @@ class Progress:
     self._core_hours_before = float(core_hours)
     self._clock = clock
     self._start = clock()
+    self._core_clock = core_clock
+    self._core_start = core_clock() if core_clock else None
     self._last_time = self._start
     self._last_step = first_step
     self._paused_seconds = 0.0  # paused time since the last measure()
@@ -172,7 +179,10 @@ class Progress:
       self._paused_seconds += self._clock() - start
 
   def core_hours(self) -> float:
-    """Devices x wall hours: earlier runs (``core_hours`` argument) plus this process."""
+    """Earlier runs (``core_hours`` argument) plus this process: devices x wall hours, or the
+    advance of ``core_clock`` when given."""
+    if self._core_clock is not None:
+      return self._core_hours_before + (self._core_clock() - self._core_start) / 3600
     return self._core_hours_before + self.num_devices * (self._clock() - self._start) / 3600
 
   def measure(self, step: int) -> dict[str, float]:

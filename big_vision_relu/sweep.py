@@ -30,6 +30,8 @@ def _short(key: str, value: Any) -> str:
     return str(value).replace("/", "")
   if key == "alpha":
     return f"a{value:g}"
+  if key in ("patch", "seed"):  # bare numbers would be ambiguous: 'p4', 'seed0'
+    return f"{'p' if key == 'patch' else key}{value}"
   return str(value)
 
 
@@ -61,17 +63,46 @@ def relu_ablation(flag: str) -> list[Run]:
           for alpha in recipes.ALPHAS for on in (True, False)]
 
 
-def load_sweep(path: str) -> list[Run]:
-  """The runs of a sweep file; raises ValueError on duplicate run ids."""
+@dataclasses.dataclass(frozen=True)
+class FigureSpec:
+  """What a sweep's figure plots; a sweep file may set `FIGURE = FigureSpec(...)` (the
+  default is the paper's). `panel_key` is the run argument that makes the columns of Figures
+  2-4 and labels the points of Figure 1; `panel_title` formats a column's title from it."""
+  accuracy_metric: str = "i1k/prec@1"
+  accuracy_label: str = "ImageNet-1k accuracy"
+  fewshot_metric: str = "fewshot/10shot_avg"
+  fewshot_label: str = "10-shot linear transfer (avg of 8)"
+  core_hours_label: str = "TPU core hours"
+  panel_key: str = "variant"
+  panel_title: str = "{dataset} {value}"
+
+
+PAPER_FIGURE = FigureSpec()
+
+
+def _load_module(path: str):
   spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  runs = module.get_sweep()
+  return module
+
+
+def load_sweep(path: str) -> list[Run]:
+  """The runs of a sweep file; raises ValueError on duplicate run ids."""
+  runs = _load_module(path).get_sweep()
   ids = [r.run_id for r in runs]
   duplicates = sorted({i for i in ids if ids.count(i) > 1})
   if duplicates:
     raise ValueError(f"{path}: duplicate run ids {duplicates}.")
   return runs
+
+
+def load_figure_spec(path: str) -> FigureSpec:
+  """The sweep file's `FIGURE`, or the paper's spec when it sets none."""
+  figure = getattr(_load_module(path), "FIGURE", PAPER_FIGURE)
+  if not isinstance(figure, FigureSpec):
+    raise TypeError(f"{path}: FIGURE must be a sweep.FigureSpec, got {type(figure).__name__}.")
+  return figure
 
 
 def sweep_name(path: str) -> str:

@@ -18,6 +18,7 @@ import logging as std_logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -267,7 +268,9 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   writer = metrics_lib.MetricWriter(workdir)
   progress = metrics_lib.Progress(total_steps=steps["total"], first_step=start_step,
                                   num_devices=jax.device_count(), examples_per_step=batch_size,
-                                  core_hours=core_hours)
+                                  core_hours=core_hours,
+                                  core_clock=(time.process_time
+                                              if jax.default_backend() == "cpu" else None))
   logged: dict[str, float] = {}
 
   def save(step, force=False):

@@ -135,3 +135,14 @@ def test_progress_measure_needs_progress():
     progress.measure(0)
   with pytest.raises(ValueError, match="must all be >= 1"):
     Progress(total_steps=10, first_step=0, num_devices=0, examples_per_step=1)
+
+
+def test_progress_core_clock_counts_core_seconds_not_wall_time():
+  """On CPU the trainer passes time.process_time: core hours follow CPU seconds, whatever the
+  wall clock and the device count say (e.g. when other jobs share the cores)."""
+  wall, cpu = FakeClock(), FakeClock()
+  progress = Progress(total_steps=10, first_step=0, num_devices=1, examples_per_step=1,
+                      core_hours=0.5, clock=wall, core_clock=cpu)
+  wall.t += 7200.0  # two wall hours while the process got ...
+  cpu.t += 1800.0  # ... half a core hour of CPU time
+  assert progress.core_hours() == pytest.approx(0.5 + 0.5)

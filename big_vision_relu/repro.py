@@ -1,0 +1,64 @@
+"""The miniature reproduction's grid: model sizes, sequence lengths, seeds, and the order in which
+the study runs its runs (docs/reproduction.md; sweeps in configs/repro/fig*.py).
+
+Every run uses configs/repro/mnist_vit.py with ALL its study arguments spelled out in one order,
+so a run shared by two figures (e.g. S, relu, alpha 1, seed 0 is in Figures 1 to 4) has one
+run id and is trained once.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from big_vision_relu import recipes
+from big_vision_relu.sweep import FigureSpec, Run
+
+CONFIG = "configs/repro/mnist_vit.py"
+SIZES = ("Ti", "S", "B")  # Figure 1's model sizes; Figures 2-4 use S
+PATCHES = (4, 2)  # L = 49 (like /32 models at 224 px) and L = 196 (like /16)
+SEEDS = (0, 1, 2)
+ALPHAS = recipes.ALPHAS
+SEEDED_ALPHAS = (0.0, 1.0)  # Figure 2's points repeated over all SEEDS
+_DEFAULTS = dict(size="S", patch=4, attention="relu", alpha=1.0, qk_norm=True, gated=False,
+                 seed=0)
+
+FIGURE = FigureSpec(
+    accuracy_metric="test/prec@1", accuracy_label="mnist5k test accuracy",
+    fewshot_metric="fewshot/10shot_avg", fewshot_label="10-shot digits transfer",
+    core_hours_label="CPU core hours", panel_key="patch",
+    panel_title="mnist5k, patch {value}")
+
+
+def run(**args: Any) -> Run:
+  """A run of the study: `args` override the defaults (S, patch 4, relu, alpha 1, qk-LN on,
+  no gate, seed 0). Softmax takes no alpha, so its alpha is always 1 (one run id)."""
+  unknown = set(args) - set(_DEFAULTS)
+  if unknown:
+    raise ValueError(f"Unknown study arguments {sorted(unknown)}; valid: {list(_DEFAULTS)}.")
+  values = {**_DEFAULTS, **args}
+  if values["attention"] == "softmax":
+    values["alpha"] = 1.0
+  return Run(CONFIG, values)
+
+
+def ablation(flag: str) -> list[Run]:
+  """Figures 3 and 4: relu and relu2 over ALPHAS with `flag` ('qk_norm' or 'gated') on and off,
+  the S model at both patch sizes, seed 0."""
+  return [run(patch=patch, attention=attention, alpha=alpha, **{flag: on})
+          for patch in PATCHES for attention in ("relu", "relu2") for alpha in ALPHAS
+          for on in (True, False)]
+
+
+# The study's order: (sweep file, the argument values a run must have). Cheap and most telling
+# first, so a study stopped early has whole figures at L = 49 before anything at L = 196.
+PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("configs/repro/fig1.py", dict(seed=0)),
+    ("configs/repro/fig2.py", dict(patch=4, seed=0)),
+    ("configs/repro/fig1.py", {}),
+    ("configs/repro/fig2.py", dict(patch=4)),
+    ("configs/repro/fig3.py", dict(patch=4)),
+    ("configs/repro/fig4.py", dict(patch=4)),
+    ("configs/repro/fig2.py", dict(patch=2, seed=0)),
+    ("configs/repro/fig3.py", dict(patch=2)),
+    ("configs/repro/fig4.py", dict(patch=2)),
+    ("configs/repro/fig2.py", dict(patch=2)),
+)

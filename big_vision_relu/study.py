@@ -1,0 +1,236 @@
+r"""Runs the miniature reproduction (big_vision_relu.repro) to completion, across sessions.
+
+    python -m big_vision_relu.study --root workdirs/repro            # run / resume everything
+    python -m big_vision_relu.study --root workdirs/repro --status   # what is done, per phase
+    bash launch/repro.sh                                             # the same, in the background
+
+The plan is repro.PHASES in order, each run once (a run shared by several figures is trained
+once, in `<root>/runs/<run id>`; each sweep's directory `<root>/<sweep>/<run id>` is a symlink
+to it, which is where `big_vision_relu.report` looks). `--workers` runs train in parallel, each
+pinned to its own CPU core (on this 2-core machine two pinned runs do ~20% more work than one
+run on both cores, and a run's core hours are then its own CPU time).
+
+Stopping and resuming: a run is done when its metrics reach its last step (report's rule).
+Anything else is (re)started; the trainer resumes it from its last checkpoint. SIGTERM / SIGINT
+to the study are passed to the running trainers, which checkpoint and exit; if the study dies
+without that, the kernel sends its trainers SIGTERM (PR_SET_PDEATHSIG). A lock file keeps a
+second study from training the same runs. A run that fails is logged and skipped until the next
+start of the study (its log: `<root>/runs/<run id>/train.log`).
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import fcntl
+import os
+import pathlib
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from absl import app, flags, logging
+
+from big_vision_relu import report, repro
+from big_vision_relu import sweep as sweep_lib
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only calls prctl
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedRun:
+  run: sweep_lib.Run
+  phase: int  # index into the phases
+  sweeps: tuple[str, ...]  # every sweep file that lists it
+
+
+def plan(phases: Sequence[tuple[str, dict[str, Any]]]) -> list[PlannedRun]:
+  """The study's runs in phase order, each once, with all the sweeps that list it."""
+  sweeps: dict[str, list[str]] = {}
+  for path in dict.fromkeys(path for path, _ in phases):
+    for run in sweep_lib.load_sweep(path):
+      sweeps.setdefault(run.run_id, []).append(path)
+  planned: dict[str, PlannedRun] = {}
+  for index, (path, selection) in enumerate(phases):
+    for run in sweep_lib.load_sweep(path):
+      unknown = set(selection) - set(run.args)
+      if unknown:
+        raise ValueError(f"Phase {index} ({path}) selects on {sorted(unknown)}, which its runs "
+                         f"do not have; they have {list(run.args)}.")
+      if run.run_id not in planned and all(run.args[k] == v for k, v in selection.items()):
+        planned[run.run_id] = PlannedRun(run, index, tuple(sweeps[run.run_id]))
+  return list(planned.values())
+
+
+def run_dir(root: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
+  return root / "runs" / run.run_id
+
+
+def link_sweep_dirs(root: pathlib.Path, planned: Sequence[PlannedRun]) -> None:
+  """<root>/<sweep>/<run id> -> ../runs/<run id> for every sweep of every run."""
+  for item in planned:
+    for path in item.sweeps:
+      link = pathlib.Path(sweep_lib.workdir(str(root), path, item.run))
+      link.parent.mkdir(parents=True, exist_ok=True)
+      if not link.is_symlink():
+        link.symlink_to(pathlib.Path("..") / "runs" / item.run.run_id)
+
+
+def status(root: pathlib.Path, run: sweep_lib.Run) -> str:
+  """'missing', 'running' (started, not finished) or 'finished', by report's rule."""
+  return report.collect_run(run, run_dir(root, run)).status
+
+
+def _pin_and_die_with_parent(core: int | None, niceness: int):
+  def prepare() -> None:  # runs in the child between fork and exec: system calls only
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if core is not None:
+      os.sched_setaffinity(0, {core})
+    os.nice(niceness)
+  return prepare
+
+
+class Study:
+  """Trains the planned runs that are not finished, `workers` at a time."""
+
+  def __init__(self, root: pathlib.Path, planned: Sequence[PlannedRun], *, workers: int,
+               extra_config_args: str, niceness: int):
+    self.root, self.planned, self.workers = root, planned, workers
+    self.extra_config_args, self.niceness = extra_config_args, niceness
+    self._stopping = threading.Event()
+    self._children: set[subprocess.Popen] = set()
+    self._lock = threading.Lock()
+    self.failed: list[str] = []
+
+  def command(self, run: sweep_lib.Run) -> list[str]:
+    config = run.config_arg + (f",{self.extra_config_args}" if self.extra_config_args else "")
+    return [sys.executable, "-m", "big_vision_relu.train", "--config", config,
+            "--workdir", str(run_dir(self.root, run))]
+
+  def stop(self, *_: Any) -> None:
+    """Asks the running trainers to checkpoint and exit; starts no new run."""
+    self._stopping.set()
+    with self._lock:
+      for child in self._children:
+        child.send_signal(signal.SIGTERM)
+
+  def _train(self, item: PlannedRun, core: int | None) -> None:
+    workdir = run_dir(self.root, item.run)
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(self.root / "jax_cache")}
+    started = time.monotonic()
+    with open(workdir / "train.log", "ab") as log:
+      with self._lock:
+        if self._stopping.is_set():
+          return
+        # The pre-exec hook makes system calls only, so forking from a thread is safe here.
+        child = subprocess.Popen(
+            self.command(item.run), stdout=log, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=_pin_and_die_with_parent(core, self.niceness))  # noqa: PLW1509
+        self._children.add(child)
+      code = child.wait()
+      with self._lock:
+        self._children.discard(child)
+    minutes = (time.monotonic() - started) / 60
+    state = status(self.root, item.run)
+    if code == 0 and state == "finished":
+      logging.info("finished %s (%.1f min)", item.run.run_id, minutes)
+    elif self._stopping.is_set():
+      logging.info("stopped %s (%s; resumes from its checkpoint)", item.run.run_id, state)
+    else:
+      logging.error("FAILED %s: exit code %d, %s; see %s", item.run.run_id, code, state,
+                    workdir / "train.log")
+      self.failed.append(item.run.run_id)
+
+  def run(self, max_runs: int | None = None) -> None:
+    todo: queue.Queue[PlannedRun] = queue.Queue()
+    pending = [p for p in self.planned if status(self.root, p.run) != "finished"]
+    for item in pending[:max_runs]:
+      todo.put(item)
+    logging.info("%d of %d runs to do, %d workers", todo.qsize(), len(self.planned),
+                 self.workers)
+    cores = sorted(os.sched_getaffinity(0))
+
+    def work(index: int) -> None:
+      core = cores[index % len(cores)] if self.workers > 1 else None
+      while not self._stopping.is_set():
+        try:
+          item = todo.get_nowait()
+        except queue.Empty:
+          return
+        self._train(item, core)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(self.workers)]
+    for thread in threads:
+      thread.start()
+    for thread in threads:
+      thread.join()
+
+
+def _acquire_lock(root: pathlib.Path):
+  handle = open(root / "study.lock", "a+")  # noqa: SIM115 (held until the study ends)
+  try:
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    handle.seek(0)
+    raise SystemExit(f"Another study holds {root / 'study.lock'} (pid {handle.read().strip()}); "
+                     "stop it first (kill -TERM PID) or wait for it.") from None
+  handle.truncate(0)
+  handle.write(str(os.getpid()))
+  handle.flush()
+  return handle
+
+
+def print_status(root: pathlib.Path, planned: Sequence[PlannedRun],
+                 phases: Sequence[tuple[str, dict[str, Any]]]) -> None:
+  counts: dict[int, dict[str, int]] = {}
+  for item in planned:
+    phase = counts.setdefault(item.phase, dict.fromkeys(report.STATUSES, 0))
+    phase[status(root, item.run)] += 1
+  for index, (path, selection) in enumerate(phases):
+    c = counts.get(index, dict.fromkeys(report.STATUSES, 0))
+    print(f"phase {index}: {path} {selection or 'all'}: {sum(c.values())} new runs, "
+          f"{c['finished']} finished, {c['running']} started, {c['missing']} not started")
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments {argv[1:]}.")
+  root = pathlib.Path(FLAGS.root).absolute()
+  phases = repro.PHASES if FLAGS.phases is None else [repro.PHASES[int(i)]
+                                                       for i in FLAGS.phases]
+  planned = plan(phases)
+  root.mkdir(parents=True, exist_ok=True)
+  if FLAGS.status:
+    print_status(root, planned, phases)
+    return
+  lock = _acquire_lock(root)
+  link_sweep_dirs(root, planned)
+  study = Study(root, planned, workers=FLAGS.workers, extra_config_args=FLAGS.config_args,
+                niceness=FLAGS.nice)
+  signal.signal(signal.SIGTERM, study.stop)
+  signal.signal(signal.SIGINT, study.stop)
+  study.run(FLAGS.max_runs)
+  lock.close()
+  if study.failed:
+    raise SystemExit(f"{len(study.failed)} runs failed: {', '.join(study.failed)}")
+
+
+if __name__ == "__main__":
+  FLAGS = flags.FLAGS
+  flags.DEFINE_string("root", None, "Workdir root of the study.", required=True)
+  flags.DEFINE_integer("workers", 2, "Runs trained at once, each pinned to one CPU core "
+                       "(1: no pinning).")
+  flags.DEFINE_integer("nice", 10, "Niceness of the trainers, so interactive work goes first "
+                       "(their core hours are CPU time, so they stay right).")
+  flags.DEFINE_list("phases", None, "Only these phase indices of repro.PHASES (default: all).")
+  flags.DEFINE_integer("max_runs", None, "Stop after starting this many runs.")
+  flags.DEFINE_string("config_args", "", "Appended to every run's config argument, e.g. "
+                      "'runlocal' for a smoke study (use another --root).")
+  flags.DEFINE_bool("status", False, "Print per-phase progress and exit.")
+  app.run(main)

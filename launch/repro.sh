@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The miniature reproduction (docs/reproduction.md): every run of configs/repro/fig1..4.py, in
+# the background, resumable. Re-run the same command to resume after a stop or a reboot.
+#
+#   bash launch/repro.sh                      # start / resume in the background
+#   bash launch/repro.sh status               # per-phase progress
+#   bash launch/repro.sh stop                 # trainers checkpoint and exit
+#   bash launch/repro.sh report               # tables and figures -> docs/reproduction/
+#
+# ROOT (default workdirs/repro) holds the runs; ROOT/study.log is the study's log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="${ROOT:-workdirs/repro}"
+PY=.venv/bin/python
+if [ ! -x "$PY" ]; then
+  "${PYTHON:-python3}" -m venv .venv
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e .
+fi
+mkdir -p "$ROOT"
+case "${1:-start}" in
+  start)
+    "$PY" -m big_vision_relu.data.prepare
+    nohup "$PY" -m big_vision_relu.study --root "$ROOT" >> "$ROOT/study.log" 2>&1 &
+    echo "study running as pid $! (log: $ROOT/study.log; 'bash launch/repro.sh status')"
+    ;;
+  status)
+    "$PY" -m big_vision_relu.study --root "$ROOT" --status
+    ;;
+  stop)
+    pid="$(cat "$ROOT/study.lock" 2>/dev/null || true)"
+    if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then
+      echo "asked study $pid to stop; trainers checkpoint and exit"
+    else
+      echo "no study running"
+    fi
+    ;;
+  report)
+    "$PY" -m big_vision_relu.report --root "$ROOT" --out docs/reproduction \
+      --sweep configs/repro/fig1.py --sweep configs/repro/fig2.py \
+      --sweep configs/repro/fig3.py --sweep configs/repro/fig4.py
+    ;;
+  *)
+    echo "usage: bash launch/repro.sh [start|status|stop|report]" >&2
+    exit 2
+    ;;
+esac
