@@ -1,13 +1,18 @@
-r"""Results of a sweep: a CSV, a Markdown table and the paper's figure, from the runs' workdirs.
+r"""Results of a sweep: a CSV, a Markdown table and its figure, from the runs' workdirs.
 
     python -m big_vision_relu.report --sweep configs/paper/fig2.py --root gs://BUCKET/runs \
         --out docs/results
-    python -m big_vision_relu.report --sweep configs/paper/fig1.py --sweep configs/paper/fig3.py \
-        --root /tmp/runs --out /tmp/results
+    python -m big_vision_relu.report --sweep configs/repro/fig1.py --sweep configs/repro/fig4.py \
+        --root workdirs/repro --out docs/reproduction
 
 For each sweep file it writes `<out>/<sweep>.csv`, `<out>/<sweep>.md` and, when the sweep's
 name starts with fig1..fig4, `<out>/<sweep>.png`, and prints the paths of the table and the
 figure. `--root` and `--out` may be local or gs:// (etils.epath).
+
+What is reported comes from the sweep file's `FIGURE` (`sweep.FigureSpec`, the paper's when it
+sets none): the accuracy and few-shot metrics and their labels, the core hours' label, and the
+run argument whose values make the columns of Figures 2-4 (`panel_key`, titled with
+`panel_title`).
 
 What is read. A run's workdir is `<root>/<sweep name>/<run id>` (`sweep.workdir`). From it:
 
@@ -18,13 +23,16 @@ What is read. A run's workdir is `<root>/<sweep name>/<run id>` (`sweep.workdir`
   later line wins. Unparseable lines (e.g. a half-written last line) are skipped with a warning.
 - `config.json` (the trainer writes it): for the run's total number of steps.
 
-For each metric of `METRICS` a row holds its LAST logged value: the value at the highest step
-that logged it (evaluators log less often than the training loss, so these steps may differ).
+For each metric of `spec_metrics(spec)` a row holds its LAST logged value: the value at the
+highest step that logged it (evaluators log less often than the training loss, so these steps
+may differ).
 
-- `i1k/prec@1`: ImageNet-1k top-1 accuracy (i21k runs: the 21k head restricted to the 1k
-  classes; i1k runs: the validation split). The y axis of every figure.
-- `fewshot/10shot_avg`: 10-shot linear transfer averaged over the 8 datasets (Figure 1, right).
-- `core_hours`: cumulative accelerator core hours (the x axis of Figure 1).
+- the spec's `accuracy_metric` (the paper: `i1k/prec@1`, ImageNet-1k top-1 accuracy, of the 21k
+  head restricted to the 1k classes for i21k runs; the reproduction: `test/prec@1`). The y axis
+  of every figure.
+- the spec's `fewshot_metric` (`fewshot/10shot_avg`: 10-shot linear transfer averaged over the
+  datasets; Figure 1, right).
+- `core_hours`: cumulative accelerator (or CPU) core hours (the x axis of Figure 1).
 - `training_loss`.
 
 Status of a run:
@@ -32,27 +40,39 @@ Status of a run:
 - `missing`: no workdir.
 - `finished`: the last logged step is the run's total: config.json's `total_steps`, or its
   `total_epochs` / `total_examples` converted with the trainer's arithmetic
-  (`config.get_steps`) when the training split's size is in `recipes.TRAIN_SPLIT_SIZES` (the paper's
-  two training splits). When the total is unknown (no config.json, or another dataset): the
-  last record holds a metric of every evaluator of config.json's `evals` (the trainer runs all
-  of them at the final step). That fallback is a heuristic: it also matches a run that stopped
-  right after a step where every evaluator happened to be due.
+  (`config.get_steps`) when the training split's size is in `recipes.TRAIN_SPLIT_SIZES`. When
+  the total is unknown (no config.json, or another dataset): the last record holds a metric of
+  every evaluator of config.json's `evals` (the trainer runs all of them at the final step).
+  That fallback is a heuristic: it also matches a run that stopped right after a step where
+  every evaluator happened to be due.
 - `running`: anything else with a workdir, i.e. not finished: still training, preempted and
   not restarted, or stopped by an error (its values are the last logged ones).
 
-Figures (matplotlib `Figure` objects, drawn with the Agg canvas; `plot_sweep` returns them):
+Seeds. Runs whose dataset and args agree except for `seed` form a group (`group_rows`; without a
+`seed` argument each run is its own group). A group's `Stat` of a metric is the mean, the sample
+standard deviation (ddof=1; None below 2 values) and the number of its runs that logged the
+metric. A group is finished (or missing) when all its runs are, else running. When the runs have
+a seed, the Markdown file adds a table of the groups ("Mean ± std over seeds"); the CSV stays
+one line per run. For fig4 sweeps it adds the gate's cost: the core hours of each finished gated
+run over those of the same run without the gate (`gate_cost_ratios`), per column value of the
+figure and over all pairs.
 
-- fig1: ImageNet-1k accuracy (left) and 10-shot average (right) against core hours (log x),
-  one line per attention through the model sizes, each point labelled with its variant.
-- fig2: rows i21k / i1k, columns S/32 S/16 S/8; accuracy against alpha, one line per
-  activation, softmax as a horizontal dashed black line (dotted while that run is running).
-- fig3 / fig4: columns S/32 S/16 S/8; accuracy against alpha, one line per (activation, qk-LN
-  on/off) or (activation, gate on/off): colour = activation, solid = with, dashed = without.
+Figures (matplotlib `Figure` objects, drawn with the Agg canvas; `plot_sweep` returns them) plot
+the groups' means, with bars of ± 1 std where a group has 2 values or more:
 
-Finished points are filled markers, running ones hollow (their last logged value). A point
-with no value (run missing, or no value of that metric logged yet) is marked with an `x` on the
-x axis in its line's colour (fig2-4; in fig1 the x position, core hours, is unknown, so the
-panel lists them instead), and each panel's title ends with "(N missing)".
+- fig1: accuracy (left) and few-shot transfer (right) against core hours (log x), one line per
+  attention through the model sizes, each point labelled with its `variant` (the paper) or
+  else its `size` (the reproduction).
+- fig2: rows = datasets (the paper: i21k / i1k), columns = values of `panel_key` (the paper:
+  S/32 S/16 S/8); accuracy against alpha, one line per activation, softmax as a horizontal
+  dashed black line (dotted while not finished; a grey band of ± 1 std).
+- fig3 / fig4: the same columns; accuracy against alpha, one line per (activation, qk-LN on/off)
+  or (activation, gate on/off): colour = activation, solid = with, dashed = without.
+
+Finished points are filled markers, the others hollow (their last logged values). A point with
+no value (runs missing, or no value of that metric logged yet) is marked with an `x` on the x
+axis in its line's colour (fig2-4; in fig1 the x position, core hours, is unknown, so the panel
+lists them instead), and each panel's title ends with "(N missing)".
 """
 from __future__ import annotations
 
@@ -62,7 +82,9 @@ import csv
 import dataclasses
 import io
 import json
+import math
 import re
+import statistics
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -78,22 +100,28 @@ from big_vision_relu import config as cfg_lib
 from big_vision_relu import recipes
 from big_vision_relu import sweep as sweep_lib
 
-METRICS = ("i1k/prec@1", "fewshot/10shot_avg", "core_hours", "training_loss")
-ACCURACY = "i1k/prec@1"
-FEWSHOT = "fewshot/10shot_avg"
 CORE_HOURS = "core_hours"
+TRAINING_LOSS = "training_loss"
+SEED = "seed"
+GATED = "gated"
 STATUSES = ("missing", "running", "finished")
-_MARKDOWN_HEADERS = {ACCURACY: "i1k acc", FEWSHOT: "10-shot avg", CORE_HOURS: "core hours",
-                     "training_loss": "train loss"}
+_MARKDOWN_HEADERS = {"i1k/prec@1": "i1k acc", "test/prec@1": "test acc",
+                     "fewshot/10shot_avg": "10-shot avg", CORE_HOURS: "core hours",
+                     TRAINING_LOSS: "train loss"}
 _MAX_READERS = 16
+
+
+def spec_metrics(spec: sweep_lib.FigureSpec) -> tuple[str, ...]:
+  """The metrics a report reads: the spec's accuracy and few-shot metrics, core hours, loss."""
+  return spec.accuracy_metric, spec.fewshot_metric, CORE_HOURS, TRAINING_LOSS
 
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-  """One run of a sweep and its results (`metrics` holds the metrics of METRICS it logged)."""
+  """One run of a sweep and its results (`metrics` holds those of `spec_metrics` it logged)."""
   run_id: str
-  dataset: str  # the config's stem without 'vit_': 'i21k' or 'i1k'
-  args: Mapping[str, Any]  # sweep.Run.args: variant, attention, alpha, qk_norm, gated
+  dataset: str  # the config's stem without 'vit_': 'i21k', 'i1k' or 'mnist_vit'
+  args: Mapping[str, Any]  # sweep.Run.args, e.g. variant, attention, alpha, qk_norm, gated
   status: str  # one of STATUSES
   step: int | None = None  # last logged step
   total_steps: int | None = None  # None when unknown
@@ -131,7 +159,7 @@ def parse_metrics(lines: Iterable[str], name: str = "metrics.jsonl") -> dict[int
 
 
 def last_values(records: Mapping[int, Mapping[str, Any]],
-                metrics: Sequence[str] = METRICS) -> dict[str, float]:
+                metrics: Sequence[str]) -> dict[str, float]:
   """The value of each metric at the highest step that logged it (metrics never logged are left
   out)."""
   values: dict[str, float] = {}
@@ -181,8 +209,10 @@ def _read_json(path: epath.Path) -> dict[str, Any]:
     return {}
 
 
-def collect_run(run: sweep_lib.Run, workdir: str | epath.Path) -> Row:
-  """The row of one run whose workdir is `workdir`."""
+def collect_run(run: sweep_lib.Run, workdir: str | epath.Path,
+                spec: sweep_lib.FigureSpec = sweep_lib.PAPER_FIGURE) -> Row:
+  """The row of one run whose workdir is `workdir`, with the metrics of `spec_metrics(spec)`
+  (the default spec suits callers that only need the status)."""
   dataset = epath.Path(run.config).stem.removeprefix("vit_")
   workdir = epath.Path(workdir)
   if not workdir.exists():
@@ -198,24 +228,101 @@ def collect_run(run: sweep_lib.Run, workdir: str | epath.Path) -> Row:
   total = total_steps(config)
   finished = _is_finished(step, total, records.get(step, {}), config)
   return Row(run.run_id, dataset, dict(run.args), "finished" if finished else "running",
-             step=step, total_steps=total, metrics=last_values(records))
+             step=step, total_steps=total, metrics=last_values(records, spec_metrics(spec)))
 
 
-def collect(sweep_path: str, root: str) -> list[Row]:
+def collect(sweep_path: str, root: str, spec: sweep_lib.FigureSpec) -> list[Row]:
   """One row per run of the sweep file `sweep_path`, in the sweep's order, from `root`."""
   runs = sweep_lib.load_sweep(sweep_path)
   with concurrent.futures.ThreadPoolExecutor(_MAX_READERS) as pool:
-    return list(pool.map(lambda r: collect_run(r, sweep_lib.workdir(root, sweep_path, r)),
+    return list(pool.map(lambda r: collect_run(r, sweep_lib.workdir(root, sweep_path, r), spec),
                          runs))
+
+
+# ------------------------------------------------------------------------------------- seeds
+
+
+@dataclasses.dataclass(frozen=True)
+class Stat:
+  """A metric over runs: mean, sample standard deviation (ddof=1; None for n < 2), count."""
+  mean: float
+  std: float | None
+  n: int
+
+
+def summarize(values: Sequence[float]) -> Stat | None:
+  """The Stat of `values`, None when there are none."""
+  if not values:
+    return None
+  return Stat(statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None,
+              len(values))
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+  """The runs whose dataset and args agree except for the seed (`args` leaves it out)."""
+  dataset: str
+  args: Mapping[str, Any]
+  rows: tuple[Row, ...]
+
+  @property
+  def status(self) -> str:
+    """'finished' or 'missing' when all its runs are, else 'running'."""
+    statuses = {r.status for r in self.rows}
+    return statuses.pop() if len(statuses) == 1 else "running"
+
+  def stat(self, metric: str) -> Stat | None:
+    """The Stat of `metric` over the runs that logged it, None if none did."""
+    return summarize([v for r in self.rows if (v := r.value(metric)) is not None])
+
+  def value(self, metric: str) -> float | None:
+    """The mean of `metric` over the runs that logged it, None if none did."""
+    stat = self.stat(metric)
+    return None if stat is None else stat.mean
+
+
+_Key = tuple[str, tuple[tuple[str, Any], ...]]
+
+
+def _key_without(row: Row, arg: str) -> _Key:
+  """The row's dataset and args but `arg`: rows with equal keys differ at most in `arg`."""
+  return row.dataset, tuple((k, v) for k, v in row.args.items() if k != arg)
+
+
+def group_rows(rows: Sequence[Row]) -> list[Group]:
+  """The groups of runs that differ only in `seed`, in order of first appearance (one run each
+  when the runs have no seed)."""
+  groups: dict[_Key, list[Row]] = {}
+  for row in rows:
+    groups.setdefault(_key_without(row, SEED), []).append(row)
+  return [Group(dataset, dict(args), tuple(members))
+          for (dataset, args), members in groups.items()]
+
+
+def _has_seeds(rows: Sequence[Row]) -> bool:
+  return any(SEED in r.args for r in rows)
+
+
+def gate_cost_ratios(rows: Sequence[Row]) -> list[tuple[Row, float]]:
+  """(gated run, its core hours / those of the same run without the gate) for each pair of
+  finished runs (with core hours) that differ only in `gated`, in the order of the gated runs."""
+  done = [r for r in rows if r.status == "finished" and (r.value(CORE_HOURS) or 0) > 0]
+  ungated = {_key_without(r, GATED): r for r in done if not r.args[GATED]}
+  ratios = []
+  for row in done:
+    match = ungated.get(_key_without(row, GATED))
+    if row.args[GATED] and match is not None:
+      ratios.append((row, row.value(CORE_HOURS) / match.value(CORE_HOURS)))
+  return ratios
 
 
 # ------------------------------------------------------------------------------------ tables
 
 
-def _arg_keys(rows: Sequence[Row]) -> list[str]:
+def _arg_keys(items: Sequence[Row | Group]) -> list[str]:
   keys: dict[str, None] = {}
-  for row in rows:
-    keys.update(dict.fromkeys(row.args))
+  for item in items:
+    keys.update(dict.fromkeys(item.args))
   return list(keys)
 
 
@@ -227,53 +334,106 @@ def _cell(value: Any) -> str:
   return str(value)
 
 
-def to_csv(rows: Sequence[Row]) -> str:
-  """CSV: run_id, dataset, the args, status, step, total_steps, METRICS (exact values; empty
-  when unknown, never logged or missing)."""
+def to_csv(rows: Sequence[Row], spec: sweep_lib.FigureSpec) -> str:
+  """CSV: run_id, dataset, the args, status, step, total_steps, `spec_metrics(spec)` (exact
+  values; empty when unknown, never logged or missing)."""
   keys = _arg_keys(rows)
+  metrics = spec_metrics(spec)
   out = io.StringIO()
   writer = csv.writer(out, lineterminator="\n")
-  writer.writerow(["run_id", "dataset", *keys, "status", "step", "total_steps", *METRICS])
+  writer.writerow(["run_id", "dataset", *keys, "status", "step", "total_steps", *metrics])
   for row in rows:
     writer.writerow([row.run_id, row.dataset, *(_cell(row.args.get(k)) for k in keys),
                      row.status, _cell(row.step), _cell(row.total_steps),
-                     *(_cell(row.value(m)) for m in METRICS)])
+                     *(_cell(row.value(m)) for m in metrics)])
   return out.getvalue()
 
 
+def _decimals(metric: str | None, value: float) -> int:
+  """4; for core hours 1, or more below 1 core hour so that 2 significant digits show."""
+  if metric != CORE_HOURS:
+    return 4
+  return 1 if value >= 1 or value <= 0 else 1 - math.floor(math.log10(value))
+
+
 def _markdown_value(metric: str, value: float | None) -> str:
-  if value is None:
+  return "-" if value is None else f"{value:.{_decimals(metric, value)}f}"
+
+
+def _stat_cell(stat: Stat | None, metric: str | None = None) -> str:
+  """'mean ± std (n)', 'mean (1)', or '-' without values; as many decimals as a run's value."""
+  if stat is None:
     return "-"
-  if metric == CORE_HOURS:
-    return f"{value:.1f}"
-  return f"{value:.4f}"
+  decimals = _decimals(metric, stat.mean)
+  spread = "" if stat.std is None else f" ± {stat.std:.{decimals}f}"
+  return f"{stat.mean:.{decimals}f}{spread} ({stat.n})"
 
 
 def _markdown_arg(value: Any) -> str:
   return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def to_markdown(rows: Sequence[Row], title: str = "") -> str:
-  """A Markdown table with a summary line; accuracies and losses to 4 decimals, '-' where no
-  value was logged, step 'n/total' (or 'n' when the total is unknown)."""
+def _table_lines(header: Sequence[str], body: Iterable[Sequence[str]]) -> list[str]:
+  """A Markdown table: the header, its rule, a line per cells of `body`."""
+  return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+          *("| " + " | ".join(cells) + " |" for cells in body)]
+
+
+def to_markdown(rows: Sequence[Row], spec: sweep_lib.FigureSpec, title: str = "", *,
+                gate_cost: bool = False) -> str:
+  """A Markdown table of the runs with a summary line: accuracies and losses to 4 decimals, '-'
+  where no value was logged, step 'n/total' (or 'n' when the total is unknown). Then, when the
+  runs have a seed, the groups' mean ± std over seeds, and with `gate_cost` (fig4) the gate's
+  cost in core hours."""
   keys = _arg_keys(rows)
+  metrics = spec_metrics(spec)
   counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
   lines = [f"# {title}", ""] if title else []
   lines += [(f"{len(rows)} runs: {counts['finished']} finished, {counts['running']} running, "
              f"{counts['missing']} missing. Values are the last logged ones."), ""]
   header = ["run", "dataset", *keys, "status", "step", *(_MARKDOWN_HEADERS.get(m, m)
-                                                          for m in METRICS)]
-  lines.append("| " + " | ".join(header) + " |")
-  lines.append("|" + "---|" * len(header))
+                                                          for m in metrics)]
+  cells = []
   for row in rows:
     if row.step is None:
       step = "-"
     else:
       step = f"{row.step}/{row.total_steps}" if row.total_steps else str(row.step)
-    cells = [row.run_id, row.dataset, *(_markdown_arg(row.args.get(k, "")) for k in keys),
-             row.status, step, *(_markdown_value(m, row.value(m)) for m in METRICS)]
-    lines.append("| " + " | ".join(cells) + " |")
+    cells.append([row.run_id, row.dataset, *(_markdown_arg(row.args.get(k, "")) for k in keys),
+                  row.status, step, *(_markdown_value(m, row.value(m)) for m in metrics)])
+  lines += _table_lines(header, cells)
+  if _has_seeds(rows):
+    lines += _seeds_markdown(rows, metrics)
+  if gate_cost:
+    lines += _gate_cost_markdown(rows, spec.panel_key)
   return "\n".join(lines) + "\n"
+
+
+def _seeds_markdown(rows: Sequence[Row], metrics: Sequence[str]) -> list[str]:
+  """The table of the groups of runs that differ only in the seed."""
+  groups = group_rows(rows)
+  keys = _arg_keys(groups)
+  header = ["dataset", *keys, "status", "seeds", *(_MARKDOWN_HEADERS.get(m, m) for m in metrics)]
+  cells = [[group.dataset, *(_markdown_arg(group.args.get(k, "")) for k in keys), group.status,
+            str(len(group.rows)), *(_stat_cell(group.stat(m), m) for m in metrics)]
+           for group in groups]
+  return ["", "## Mean ± std over seeds", "",
+          (f"{len(groups)} groups of runs that differ only in the seed. A cell is the mean ± "
+           "sample std (ddof=1) over the group's runs that logged the metric (how many); a group "
+           "is finished when all its runs are."), "", *_table_lines(header, cells)]
+
+
+def _gate_cost_markdown(rows: Sequence[Row], panel_key: str) -> list[str]:
+  """The core hours of the gated runs over those without the gate, per value of `panel_key`."""
+  ratios = gate_cost_ratios(rows)
+  cells = [[_markdown_arg(value),
+            _stat_cell(summarize([q for r, q in ratios if r.args[panel_key] == value]))]
+           for value in _panel_values(rows, panel_key)]
+  cells.append(["all", _stat_cell(summarize([q for _, q in ratios]))])
+  return ["", "## Gate cost: core hours with gate / without gate", "",
+          ("Over the pairs of finished runs identical but for the gate: mean ± sample std "
+           "(number of pairs)."), "",
+          *_table_lines([panel_key, "with / without gate"], cells)]
 
 
 # ----------------------------------------------------------------------------------- figures
@@ -281,9 +441,14 @@ def to_markdown(rows: Sequence[Row], title: str = "") -> str:
 _COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
            "tab:pink", "tab:olive", "tab:cyan", "tab:gray")
 _NOTE = "filled marker: finished   hollow marker: running (last logged value)   "
+_NOTE_SEEDS = "points: mean over seeds (filled once all finished), bars: ± 1 std   "
 _NOTE_X = "x on the x axis: no value (run missing or not evaluated yet)"
 _NOTE_LIST = "runs without a value are listed in the panel"
+_ALPHA_LABEL = r"$\alpha$  (weights $L^{-\alpha}\,h(q\cdot k/\sqrt{d})$)"
 VARIANTS_ALPHA = ("S/32", "S/16", "S/8")
+
+# (x, the Stat of the plotted metric, the group).
+_Point = tuple[float, Stat, Group]
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -301,26 +466,39 @@ def _ordered(values: Iterable[Any]) -> list[Any]:
   return list(dict.fromkeys(values))
 
 
+def _panel_values(items: Iterable[Row | Group], key: str) -> list[Any]:
+  """The values of the args' `key`: the paper's S/32, S/16, S/8 first, the others in order of
+  appearance."""
+  present = _ordered(item.args[key] for item in items)
+  return [v for v in VARIANTS_ALPHA if v in present] + [v for v in present
+                                                         if v not in VARIANTS_ALPHA]
+
+
 def _missing_title(title: str, missing: int) -> str:
   return f"{title} ({missing} missing)" if missing else title
 
 
-def _draw_points(ax: Axes, points: Sequence[tuple[float, float, Row]], *, color: str,
-                 linestyle: str = "-", label: str | None = None) -> None:
-  """A line through (x, y) with filled markers at finished runs and hollow ones at running."""
-  xs = [p[0] for p in points]
-  ys = [p[1] for p in points]
-  finished = [p[2].status == "finished" for p in points]
+def _draw_points(ax: Axes, points: Sequence[_Point], *, color: str, linestyle: str = "-",
+                 label: str | None = None) -> None:
+  """A line through the means with filled markers at finished groups, hollow ones at the
+  others, and bars of ± 1 std where a group has several values."""
+  xs = [x for x, _, _ in points]
+  ys = [stat.mean for _, stat, _ in points]
+  finished = [group.status == "finished" for _, _, group in points]
   ax.plot(xs, ys, color=color, linestyle=linestyle, marker="o", markersize=5,
           markevery=finished if points else None, label=label)
-  running = [p for p in points if p[2].status != "finished"]
+  spread = [(x, stat) for x, stat, _ in points if stat.std is not None]
+  if spread:
+    ax.vlines([x for x, _ in spread], [s.mean - s.std for _, s in spread],
+              [s.mean + s.std for _, s in spread], colors=color, linewidth=1, gid="std")
+  running = [(x, stat) for x, stat, group in points if group.status != "finished"]
   if running:
-    ax.scatter([p[0] for p in running], [p[1] for p in running], s=30, facecolors="white",
-               edgecolors=color, linewidths=1.3, zorder=3, gid="running")
+    ax.scatter([x for x, _ in running], [s.mean for _, s in running], s=30,
+               facecolors="white", edgecolors=color, linewidths=1.3, zorder=3, gid="running")
 
 
 def _mark_missing_x(ax: Axes, xs: Sequence[float], color: str) -> None:
-  """Crosses on the x axis (data x, axes y = 0) at the runs with no value; where several
+  """Crosses on the x axis (data x, axes y = 0) at the points with no value; where several
   series miss the same x the last one drawn shows (the title has the count)."""
   if xs:
     ax.scatter(xs, [0.0] * len(xs), marker="x", s=30, color=color, clip_on=False, zorder=4,
@@ -333,41 +511,44 @@ def _percent_axis(ax: Axes) -> None:
   ax.grid(True, alpha=0.3)
 
 
-def _finish_figure(figure: Figure, title: str, handles_from: Axes, ncol: int,
+def _finish_figure(figure: Figure, title: str, handles_from: Axes, ncol: int, *, seeds: bool,
                    note: str = _NOTE_X) -> None:
-  """Suptitle, and a legend below the panels headed by the marker conventions."""
+  """Suptitle, and a legend below the panels headed by the marker conventions (and the seeds'
+  when the runs have a seed)."""
   handles, labels = handles_from.get_legend_handles_labels()
   legend = figure.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False,
-                         title=_NOTE + note, title_fontsize=7)
+                         title=_NOTE + (_NOTE_SEEDS if seeds else "") + note, title_fontsize=7)
   legend.get_title().set_color("0.35")
   figure.suptitle(title)
 
 
-def plot_fig1(rows: Sequence[Row], title: str = "fig1") -> Figure:
-  """Figure 1: i1k accuracy (left) and 10-shot average (right) against core hours (log x), one
-  line per attention through the model sizes (points labelled with their variant)."""
+def plot_fig1(rows: Sequence[Row], spec: sweep_lib.FigureSpec, title: str = "fig1") -> Figure:
+  """Figure 1: accuracy (left) and few-shot transfer (right) against core hours (log x), one
+  line per attention through the model sizes (points labelled with their variant, or size)."""
+  groups = group_rows(rows)
   figure = _new_figure(11, 4.8)
   axes = figure.subplots(1, 2)
-  attentions = _ordered(r.args["attention"] for r in rows)
-  panels = ((ACCURACY, "ImageNet-1k accuracy"), (FEWSHOT, "10-shot linear transfer (avg of 8)"))
+  attentions = _ordered(g.args["attention"] for g in groups)
+  panels = ((spec.accuracy_metric, spec.accuracy_label),
+            (spec.fewshot_metric, spec.fewshot_label))
   for ax, (metric, ylabel) in zip(axes, panels, strict=True):
     missing = []
     for i, attention in enumerate(attentions):
       points = []
-      for row in rows:
-        if row.args["attention"] != attention:
+      for group in groups:
+        if group.args["attention"] != attention:
           continue
-        x, y = row.value(CORE_HOURS), row.value(metric)
-        if x is None or y is None or x <= 0:
-          missing.append((attention, row.args["variant"]))
+        x, stat = group.value(CORE_HOURS), group.stat(metric)
+        if x is None or stat is None or x <= 0:
+          missing.append((attention, str(group.args[spec.size_key])))
         else:
-          points.append((x, y, row))
+          points.append((x, stat, group))
       points.sort(key=lambda p: p[0])
       color = _COLORS[i % len(_COLORS)]
       _draw_points(ax, points, color=color, label=_label(attention))
-      for x, y, row in points:
-        ax.annotate(row.args["variant"], (x, y), textcoords="offset points", xytext=(4, -10),
-                    fontsize=7, color=color)
+      for x, stat, group in points:
+        ax.annotate(str(group.args[spec.size_key]), (x, stat.mean), textcoords="offset points",
+                    xytext=(4, -10), fontsize=7, color=color)
     if missing:
       note = ax.text(0.98, 0.02, "no value:\n" + "\n".join(
           f"{_label(a)}: " + ", ".join(v for b, v in missing if b == a)
@@ -380,25 +561,26 @@ def plot_fig1(rows: Sequence[Row], title: str = "fig1") -> Figure:
     ax.xaxis.set_major_formatter(ticker.LogFormatter())
     ax.xaxis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False,
                                                      minor_thresholds=(2, 0.5)))
-    ax.set_xlabel("TPU core hours")
+    ax.set_xlabel(spec.core_hours_label)
     ax.set_ylabel(ylabel)
     ax.set_title(_missing_title(ylabel, len(missing)), fontsize=10)
     _percent_axis(ax)
-  _finish_figure(figure, title, axes[0], ncol=len(attentions), note=_NOTE_LIST)
+  _finish_figure(figure, title, axes[0], ncol=len(attentions), seeds=_has_seeds(rows),
+                 note=_NOTE_LIST)
   return figure
 
 
-def _alpha_panel(ax: Axes, rows: Sequence[Row],
-                 series: Sequence[tuple[str, Callable[[Row], bool], str, str]]) -> int:
-  """Accuracy against alpha: one line per (label, predicate, color, linestyle) of `series`
-  (drawn even when empty, so every panel has the same lines). Returns the number of runs
+def _alpha_panel(ax: Axes, groups: Sequence[Group], metric: str,
+                 series: Sequence[tuple[str, Callable[[Group], bool], str, str]]) -> int:
+  """`metric` against alpha: one line per (label, predicate, color, linestyle) of `series`
+  (drawn even when empty, so every panel has the same lines). Returns the number of points
   without a value."""
   missing = 0
   for label, selects, color, linestyle in series:
-    selected = sorted((r for r in rows if selects(r)), key=lambda r: r.args["alpha"])
-    points = [(r.args["alpha"], r.value(ACCURACY), r) for r in selected
-              if r.value(ACCURACY) is not None]
-    absent = [r.args["alpha"] for r in selected if r.value(ACCURACY) is None]
+    selected = sorted((g for g in groups if selects(g)), key=lambda g: g.args["alpha"])
+    points = [(g.args["alpha"], stat, g) for g in selected
+              if (stat := g.stat(metric)) is not None]
+    absent = [g.args["alpha"] for g in selected if g.stat(metric) is None]
     _draw_points(ax, points, color=color, linestyle=linestyle, label=label)
     _mark_missing_x(ax, absent, color)
     missing += len(absent)
@@ -407,80 +589,86 @@ def _alpha_panel(ax: Axes, rows: Sequence[Row],
   return missing
 
 
-def plot_fig2(rows: Sequence[Row], title: str = "fig2") -> Figure:
-  """Figure 2: rows i21k / i1k, columns S/32 S/16 S/8; i1k accuracy against alpha, one line per
-  activation, softmax as a horizontal dashed line (dotted while running)."""
-  datasets = [d for d in ("i21k", "i1k") if any(r.dataset == d for r in rows)]
-  datasets += _ordered(r.dataset for r in rows if r.dataset not in datasets)
-  variants = _variants(rows)
-  activations = _ordered(r.args["attention"] for r in rows if r.args["attention"] != "softmax")
-  figure = _new_figure(4.3 * len(variants), 3.6 * len(datasets) + 0.9)
-  axes = figure.subplots(len(datasets), len(variants), sharey="row", squeeze=False)
+def plot_fig2(rows: Sequence[Row], spec: sweep_lib.FigureSpec, title: str = "fig2") -> Figure:
+  """Figure 2: rows = datasets, columns = values of the spec's panel_key; accuracy against
+  alpha, one line per activation, softmax as a horizontal dashed line (dotted while not
+  finished) in a band of ± 1 std."""
+  groups = group_rows(rows)
+  datasets = [d for d in ("i21k", "i1k") if any(g.dataset == d for g in groups)]
+  datasets += _ordered(g.dataset for g in groups if g.dataset not in datasets)
+  values = _panel_values(groups, spec.panel_key)
+  activations = _ordered(g.args["attention"] for g in groups if g.args["attention"] != "softmax")
+  figure = _new_figure(4.3 * len(values), 3.6 * len(datasets) + 0.9)
+  axes = figure.subplots(len(datasets), len(values), sharey="row", squeeze=False)
   row_names = {"i21k": "ImageNet-21k, 30 ep", "i1k": "ImageNet-1k, 300 ep"}
+  series = [(a, lambda g, a=a: g.args["attention"] == a, _COLORS[k % len(_COLORS)], "-")
+            for k, a in enumerate(activations)]
   for i, dataset in enumerate(datasets):
-    for j, variant in enumerate(variants):
+    for j, value in enumerate(values):
       ax = axes[i][j]
-      panel = [r for r in rows if r.dataset == dataset and r.args["variant"] == variant]
-      series = [(a, lambda r, a=a: r.args["attention"] == a, _COLORS[k % len(_COLORS)],
-                 "-") for k, a in enumerate(activations)]
-      missing = _alpha_panel(ax, panel, series)
-      for softmax in (r for r in panel if r.args["attention"] == "softmax"):
-        value = softmax.value(ACCURACY)
-        if value is None:
+      panel = [g for g in groups if g.dataset == dataset and g.args[spec.panel_key] == value]
+      missing = _alpha_panel(ax, panel, spec.accuracy_metric, series)
+      for softmax in (g for g in panel if g.args["attention"] == "softmax"):
+        stat = softmax.stat(spec.accuracy_metric)
+        if stat is None:
           missing += 1
-        else:
-          ax.axhline(value, color="black", linewidth=1.2, label="softmax",
-                     linestyle="--" if softmax.status == "finished" else ":")
-      ax.set_title(_missing_title(f"{dataset} {variant}", missing), fontsize=10)
+          continue
+        ax.axhline(stat.mean, color="black", linewidth=1.2, label="softmax",
+                   linestyle="--" if softmax.status == "finished" else ":")
+        if stat.std is not None:
+          ax.axhspan(stat.mean - stat.std, stat.mean + stat.std, color="black", alpha=0.1,
+                     linewidth=0, gid="std")
+      ax.set_title(_missing_title(spec.panel_title.format(dataset=dataset, value=value),
+                                  missing), fontsize=10)
       if i == len(datasets) - 1:
-        ax.set_xlabel(r"$\alpha$  (weights $L^{-\alpha}\,h(q\cdot k/\sqrt{d})$)")
+        ax.set_xlabel(_ALPHA_LABEL)
       if j == 0:
-        ax.set_ylabel(f"ImageNet-1k accuracy\n({row_names.get(dataset, dataset)})")
+        named = dataset in row_names or len(datasets) > 1
+        ax.set_ylabel(spec.accuracy_label
+                      + (f"\n({row_names.get(dataset, dataset)})" if named else ""))
   handles_from = max(axes.flat, key=lambda a: len(a.get_legend_handles_labels()[1]))
-  _finish_figure(figure, title, handles_from, ncol=len(activations) + 1)
+  _finish_figure(figure, title, handles_from, ncol=len(activations) + 1, seeds=_has_seeds(rows))
   return figure
 
 
-def _variants(rows: Sequence[Row]) -> list[str]:
-  present = _ordered(r.args["variant"] for r in rows)
-  return [v for v in VARIANTS_ALPHA if v in present] + [v for v in present
-                                                         if v not in VARIANTS_ALPHA]
-
-
-def _plot_ablation(rows: Sequence[Row], title: str, flag: str, on: str, off: str) -> Figure:
-  """Figures 3 and 4: columns = variants; accuracy against alpha, one line per activation x
-  `flag` (colour = activation, solid = flag on, dashed = off)."""
-  variants = _variants(rows)
-  activations = _ordered(r.args["attention"] for r in rows)
-  figure = _new_figure(4.3 * len(variants), 4.5)
-  axes = figure.subplots(1, len(variants), sharey=True, squeeze=False)[0]
+def _plot_ablation(rows: Sequence[Row], spec: sweep_lib.FigureSpec, title: str, flag: str,
+                   on: str, off: str) -> Figure:
+  """Figures 3 and 4: columns = values of the spec's panel_key; accuracy against alpha, one
+  line per activation x `flag` (colour = activation, solid = flag on, dashed = off)."""
+  groups = group_rows(rows)
+  values = _panel_values(groups, spec.panel_key)
+  activations = _ordered(g.args["attention"] for g in groups)
+  figure = _new_figure(4.3 * len(values), 4.5)
+  axes = figure.subplots(1, len(values), sharey=True, squeeze=False)[0]
   series = [(f"{a}, {on if value else off}",
-             lambda r, a=a, value=value: r.args["attention"] == a and r.args[flag] == value,
+             lambda g, a=a, value=value: g.args["attention"] == a and g.args[flag] == value,
              _COLORS[k % len(_COLORS)], "-" if value else "--")
             for k, a in enumerate(activations) for value in (True, False)]
-  for j, variant in enumerate(variants):
+  dataset = groups[0].dataset if groups else ""
+  for j, value in enumerate(values):
     ax = axes[j]
-    missing = _alpha_panel(ax, [r for r in rows if r.args["variant"] == variant], series)
-    ax.set_title(_missing_title(f"{rows[0].dataset if rows else ''} {variant}", missing),
+    missing = _alpha_panel(ax, [g for g in groups if g.args[spec.panel_key] == value],
+                           spec.accuracy_metric, series)
+    ax.set_title(_missing_title(spec.panel_title.format(dataset=dataset, value=value), missing),
                  fontsize=10)
-    ax.set_xlabel(r"$\alpha$  (weights $L^{-\alpha}\,h(q\cdot k/\sqrt{d})$)")
+    ax.set_xlabel(_ALPHA_LABEL)
     if j == 0:
-      ax.set_ylabel("ImageNet-1k accuracy")
-  _finish_figure(figure, title, axes[0], ncol=len(series))
+      ax.set_ylabel(spec.accuracy_label)
+  _finish_figure(figure, title, axes[0], ncol=len(series), seeds=_has_seeds(rows))
   return figure
 
 
-def plot_fig3(rows: Sequence[Row], title: str = "fig3") -> Figure:
+def plot_fig3(rows: Sequence[Row], spec: sweep_lib.FigureSpec, title: str = "fig3") -> Figure:
   """Figure 3: with / without qk-layernorm (solid / dashed) for each activation."""
-  return _plot_ablation(rows, title, "qk_norm", "qk-LN", "no qk-LN")
+  return _plot_ablation(rows, spec, title, "qk_norm", "qk-LN", "no qk-LN")
 
 
-def plot_fig4(rows: Sequence[Row], title: str = "fig4") -> Figure:
+def plot_fig4(rows: Sequence[Row], spec: sweep_lib.FigureSpec, title: str = "fig4") -> Figure:
   """Figure 4: with / without the attention gate (solid / dashed) for each activation."""
-  return _plot_ablation(rows, title, "gated", "gate", "no gate")
+  return _plot_ablation(rows, spec, title, GATED, "gate", "no gate")
 
 
-PLOTS: dict[str, Callable[[Sequence[Row], str], Figure]] = {
+PLOTS: dict[str, Callable[[Sequence[Row], sweep_lib.FigureSpec, str], Figure]] = {
     "fig1": plot_fig1, "fig2": plot_fig2, "fig3": plot_fig3, "fig4": plot_fig4}
 
 
@@ -490,29 +678,32 @@ def figure_kind(name: str) -> str | None:
   return match.group(1) if match else None
 
 
-def plot_sweep(name: str, rows: Sequence[Row]) -> Figure | None:
+def plot_sweep(name: str, rows: Sequence[Row], spec: sweep_lib.FigureSpec) -> Figure | None:
   """The figure of the sweep called `name` (by its figure number), None for other sweeps (or
   no rows)."""
   kind = figure_kind(name)
-  return PLOTS[kind](rows, name) if kind and rows else None
+  return PLOTS[kind](rows, spec, name) if kind and rows else None
 
 
 # --------------------------------------------------------------------------------------- CLI
 
 
 def write_report(sweep_path: str, root: str, out: str) -> dict[str, str]:
-  """Collects a sweep and writes <out>/<sweep>.csv, .md and (fig1..fig4) .png.
+  """Collects a sweep (with its file's FigureSpec) and writes <out>/<sweep>.csv, .md and
+  (fig1..fig4) .png.
 
   Returns {'csv': path, 'md': path, 'png': path (only when a figure was drawn)}.
   """
   name = sweep_lib.sweep_name(sweep_path)
-  rows = collect(sweep_path, root)
+  spec = sweep_lib.load_figure_spec(sweep_path)
+  rows = collect(sweep_path, root, spec)
   out_dir = epath.Path(out)
   out_dir.mkdir(parents=True, exist_ok=True)
   paths = {"csv": out_dir / f"{name}.csv", "md": out_dir / f"{name}.md"}
-  paths["csv"].write_text(to_csv(rows))
-  paths["md"].write_text(to_markdown(rows, title=f"{name} ({root})"))
-  figure = plot_sweep(name, rows)
+  paths["csv"].write_text(to_csv(rows, spec))
+  paths["md"].write_text(to_markdown(rows, spec, title=f"{name} ({root})",
+                                     gate_cost=figure_kind(name) == "fig4"))
+  figure = plot_sweep(name, rows, spec)
   if figure is not None:
     paths["png"] = out_dir / f"{name}.png"
     with paths["png"].open("wb") as f:
@@ -524,7 +715,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   """`python -m big_vision_relu.report --sweep FILE [--sweep FILE ...] --root DIR --out DIR`."""
   parser = argparse.ArgumentParser(
       prog="python -m big_vision_relu.report",
-      description="Tables (CSV, Markdown) and the paper's figure of sweeps, from their runs' "
+      description="Tables (CSV, Markdown) and the figure of sweeps, from their runs' "
                   "metrics.jsonl under ROOT/<sweep>/<run id>.")
   parser.add_argument("--sweep", action="append", required=True,
                       help="a sweep file (configs/paper/fig2.py); may be repeated")

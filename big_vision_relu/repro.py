@@ -25,7 +25,7 @@ FIGURE = FigureSpec(
     accuracy_metric="test/prec@1", accuracy_label="mnist5k test accuracy",
     fewshot_metric="fewshot/10shot_avg", fewshot_label="10-shot digits transfer",
     core_hours_label="CPU core hours", panel_key="patch",
-    panel_title="mnist5k, patch {value}")
+    panel_title="mnist5k, patch {value}", size_key="size")
 
 
 def run(**args: Any) -> Run:

@@ -67,7 +67,8 @@ def relu_ablation(flag: str) -> list[Run]:
 class FigureSpec:
   """What a sweep's figure plots; a sweep file may set `FIGURE = FigureSpec(...)` (the
   default is the paper's). `panel_key` is the run argument that makes the columns of Figures
-  2-4 and labels the points of Figure 1; `panel_title` formats a column's title from it."""
+  2-4, `panel_title` formats a column's title from it; `size_key` is the run argument that
+  labels Figure 1's points (the model size)."""
   accuracy_metric: str = "i1k/prec@1"
   accuracy_label: str = "ImageNet-1k accuracy"
   fewshot_metric: str = "fewshot/10shot_avg"
@@ -75,6 +76,7 @@ class FigureSpec:
   core_hours_label: str = "TPU core hours"
   panel_key: str = "variant"
   panel_title: str = "{dataset} {value}"
+  size_key: str = "variant"
 
 
 PAPER_FIGURE = FigureSpec()

@@ -1,20 +1,22 @@
 """`big_vision_relu.report`: metrics.jsonl replay (resumes), run status, CSV / Markdown tables
-and the figures' panels, from workdirs fabricated for part of Figures 1 and 2."""
+and the figures' panels, from workdirs fabricated for part of the paper's Figures 1 and 2 and
+for miniature reproduction-style sweeps (a FigureSpec, seeds, the gate's cost)."""
 from __future__ import annotations
 
 import json
 import pathlib
+import statistics
 from typing import Any
 
+import numpy as np
 import pytest
-
-from big_vision_relu import report
-from big_vision_relu import sweep
-
 from conftest import ROOT
+
+from big_vision_relu import report, sweep
 
 FIG1 = str(ROOT / "configs/paper/fig1.py")
 FIG2 = str(ROOT / "configs/paper/fig2.py")
+PAPER = sweep.PAPER_FIGURE
 I21K_CONFIG = {"total_epochs": 30, "total_steps": None,
                "input": {"batch_size": 4096, "data": {"name": "imagenet21k",
                                                       "split": "full[51200:]"}}}
@@ -105,7 +107,7 @@ def test_total_steps_from_config():
 
 
 def test_collect_fig1(fig1_root):
-  rows = report.collect(FIG1, str(fig1_root))
+  rows = report.collect(FIG1, str(fig1_root), PAPER)
   assert [r.status for r in rows] == ["finished", "finished", "running", "running", "running",
                                       *["missing"] * 5]
   assert rows[1].step == I21K_TOTAL and rows[1].total_steps == I21K_TOTAL
@@ -134,8 +136,8 @@ def test_status_without_a_known_total(tmp_path):
 
 
 def test_csv_and_markdown_fig1(fig1_root):
-  rows = report.collect(FIG1, str(fig1_root))
-  lines = report.to_csv(rows).splitlines()
+  rows = report.collect(FIG1, str(fig1_root), PAPER)
+  lines = report.to_csv(rows, PAPER).splitlines()
   assert len(lines) == 11
   assert lines[0] == ("run_id,dataset,variant,attention,alpha,qk_norm,gated,status,step,"
                       "total_steps,i1k/prec@1,fewshot/10shot_avg,core_hours,training_loss")
@@ -150,7 +152,7 @@ def test_csv_and_markdown_fig1(fig1_root):
   assert lines[10] == ("i21k-L16-relu-a1-qk_norm-nogated,i21k,L/16,relu,1.0,True,False,"
                        "missing,,,,,,")
 
-  md = report.to_markdown(rows, title="fig1").splitlines()
+  md = report.to_markdown(rows, PAPER, title="fig1").splitlines()
   assert md[0] == "# fig1"
   assert md[2] == ("10 runs: 2 finished, 3 running, 5 missing. Values are the last logged "
                    "ones.")
@@ -162,6 +164,7 @@ def test_csv_and_markdown_fig1(fig1_root):
                    "| running | 80/100 | 0.2000 | 0.1000 | 32.0 | 2.2500 |")
   assert md[15] == ("| i21k-L16-relu-a1-qk_norm-nogated | i21k | L/16 | relu | 1 | True | "
                     "False | missing | - | - | - | - | - |")
+  assert len(md) == 16  # no seeds: no table over seeds
 
 
 def _collections(ax, gid: str) -> list:
@@ -169,8 +172,8 @@ def _collections(ax, gid: str) -> list:
 
 
 def test_fig1_panels(fig1_root):
-  rows = report.collect(FIG1, str(fig1_root))
-  figure = report.plot_sweep("fig1", rows)
+  rows = report.collect(FIG1, str(fig1_root), PAPER)
+  figure = report.plot_sweep("fig1", rows, PAPER)
   assert len(figure.axes) == 2
   left, right = figure.axes
   assert left.get_ylabel() == "ImageNet-1k accuracy"
@@ -217,10 +220,10 @@ def fig2_root(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 def test_fig2_panels(fig2_root):
-  rows = report.collect(FIG2, str(fig2_root))
+  rows = report.collect(FIG2, str(fig2_root), PAPER)
   assert sum(r.status == "finished" for r in rows) == 4
   assert sum(r.status == "running" for r in rows) == 2
-  figure = report.plot_sweep("fig2", rows)
+  figure = report.plot_sweep("fig2", rows, PAPER)
   assert len(figure.axes) == 6
   axes = [figure.axes[:3], figure.axes[3:]]
   titles = [[ax.get_title() for ax in row] for row in axes]
@@ -253,15 +256,16 @@ def test_fig3_and_fig4_layout(tmp_path):
                                  "relu2, no qk-LN"]),
                        ("fig4", ["relu, gate", "relu, no gate", "relu2, gate",
                                  "relu2, no gate"])):
-    rows = report.collect(str(ROOT / f"configs/paper/{name}.py"), str(tmp_path / "empty"))
+    rows = report.collect(str(ROOT / f"configs/paper/{name}.py"), str(tmp_path / "empty"),
+                          PAPER)
     assert {r.status for r in rows} == {"missing"}
-    figure = report.plot_sweep(name, rows)
+    figure = report.plot_sweep(name, rows, PAPER)
     assert len(figure.axes) == 3
     for ax, variant in zip(figure.axes, ("S/32", "S/16", "S/8"), strict=True):
       assert ax.get_title() == f"i21k {variant} (32 missing)"
       assert [line.get_label() for line in ax.lines] == labels
       assert [line.get_linestyle() for line in ax.lines] == ["-", "--", "-", "--"]
-  assert report.plot_sweep("other_sweep", rows) is None
+  assert report.plot_sweep("other_sweep", rows, PAPER) is None
   assert report.figure_kind("fig2_small") == "fig2" and report.figure_kind("fig12") is None
 
 
@@ -277,3 +281,247 @@ def test_cli_writes_tables_and_figures(fig1_root, fig2_root, tmp_path, capsys):
     assert len(csv_lines) == 1 + (10 if name == "fig1" else 342)
   assert (out / "fig1.md").read_text().splitlines()[0] == f"# fig1 ({fig1_root})"
   assert "missing" in (out / "fig2.md").read_text()
+
+
+# ------------------------------------------------------------------- reproduction-style sweeps
+
+REPRO_CONFIG = "configs/repro/mnist_vit.py"
+REPRO_FIGURE = sweep.FigureSpec(
+    accuracy_metric="test/prec@1", accuracy_label="mnist5k test accuracy",
+    fewshot_metric="fewshot/10shot_avg", fewshot_label="10-shot digits transfer",
+    core_hours_label="CPU core hours", panel_key="patch", panel_title="mnist5k, patch {value}",
+    size_key="size")
+
+
+def _repro_args(**args: Any) -> dict[str, Any]:
+  """A run's args in the reproduction's order: S, patch 4, relu, alpha 1, qk-LN, no gate, seed 0
+  unless overridden."""
+  return {"size": "S", "patch": 4, "attention": "relu", "alpha": 1.0, "qk_norm": True,
+          "gated": False, "seed": 0, **args}
+
+
+def _repro_sweep(tmp_path: pathlib.Path, name: str, grid: list[dict[str, Any]]) -> str:
+  """A sweep file `<name>.py` with FIGURE = REPRO_FIGURE and a run per args of `grid`."""
+  path = tmp_path / f"{name}.py"
+  path.write_text(f"from big_vision_relu.sweep import FigureSpec, Run\n\n"
+                  f"FIGURE = {REPRO_FIGURE!r}\n\n\n"
+                  f"def get_sweep():\n  return [Run({REPRO_CONFIG!r}, a) for a in {grid!r}]\n")
+  return str(path)
+
+
+def _repro_run(root: pathlib.Path, sweep_path: str, metrics: dict[str, float], *,
+               finished: bool = True, **args: Any) -> None:
+  """A run (of 10 steps) that logged `metrics` at its last step (10, or 5 when not finished)."""
+  _write_run(root, sweep_path, sweep.Run(REPRO_CONFIG, _repro_args(**args)),
+             [{"step": 10 if finished else 5, **metrics}], _steps(10))
+
+
+def _metrics(accuracy: float, fewshot: float, core_hours: float,
+             loss: float) -> dict[str, float]:
+  return {"test/prec@1": accuracy, "fewshot/10shot_avg": fewshot, "core_hours": core_hours,
+          "training_loss": loss}
+
+
+# Figure 1 over 3 seeds: (size, attention) -> one (accuracy, few-shot, core hours, loss) per
+# seed, or a dict of a running run's metrics, or None for a missing run.
+REPRO_FIG1 = {
+    ("Ti", "softmax"): [(0.80, 0.50, 0.020, 0.30), (0.82, 0.60, 0.022, 0.20),
+                        (0.87, 0.55, 0.024, 0.25)],
+    ("Ti", "relu"): [(0.78, 0.52, 0.030, 0.35), (0.84, 0.58, 0.034, 0.45), None],
+    ("S", "softmax"): [(0.90, 0.70, 0.050, 0.40), {"training_loss": 0.5, "core_hours": 0.03},
+                       None],
+    ("S", "relu"): [None, None, None],
+}
+
+
+@pytest.fixture()
+def repro_fig1(tmp_path: pathlib.Path) -> tuple[str, pathlib.Path]:
+  """(sweep file, root) of a Figure 1 over Ti / S, softmax / relu, seeds 0-2 (REPRO_FIG1)."""
+  path = _repro_sweep(tmp_path, "fig1_mini", [
+      _repro_args(size=size, attention=attention, seed=seed)
+      for size, attention in REPRO_FIG1 for seed in range(3)])
+  root = tmp_path / "runs"
+  for (size, attention), seeds in REPRO_FIG1.items():
+    for seed, values in enumerate(seeds):
+      if isinstance(values, tuple):
+        _repro_run(root, path, _metrics(*values), size=size, attention=attention, seed=seed)
+      elif values is not None:
+        _repro_run(root, path, values, finished=False, size=size, attention=attention,
+                   seed=seed)
+  return path, root
+
+
+def test_groups_over_seeds(repro_fig1):
+  path, root = repro_fig1
+  assert sweep.load_figure_spec(path) == REPRO_FIGURE
+  rows = report.collect(path, str(root), REPRO_FIGURE)
+  assert len(rows) == 12 and rows[0].dataset == "mnist_vit"
+  assert rows[0].metrics == _metrics(0.80, 0.50, 0.020, 0.30)
+  groups = report.group_rows(rows)
+  assert [(g.args["size"], g.args["attention"]) for g in groups] == list(REPRO_FIG1)
+  assert groups[0].args == {"size": "Ti", "patch": 4, "attention": "softmax", "alpha": 1.0,
+                            "qk_norm": True, "gated": False}
+  assert [len(g.rows) for g in groups] == [3, 3, 3, 3]
+  assert [g.status for g in groups] == ["finished", "running", "running", "missing"]
+  for group, seeds in zip(groups, REPRO_FIG1.values(), strict=True):
+    for i, metric in enumerate(report.spec_metrics(REPRO_FIGURE)):
+      values = [v[i] for v in seeds if isinstance(v, tuple)]
+      values += [v[metric] for v in seeds if isinstance(v, dict) and metric in v]
+      stat = group.stat(metric)
+      if not values:
+        assert stat is None and group.value(metric) is None
+        continue
+      assert stat.n == len(values)
+      assert stat.mean == pytest.approx(np.mean(values), rel=1e-12) == group.value(metric)
+      if len(values) == 1:
+        assert stat.std is None
+      else:
+        assert stat.std == pytest.approx(np.std(values, ddof=1), rel=1e-12)
+        assert stat.std == statistics.stdev(values)
+  assert groups[0].stat("test/prec@1").std == pytest.approx(0.0360555127546399, rel=1e-12)
+  assert groups[2].stat("test/prec@1") == report.Stat(0.9, None, 1)  # seed 1 logged no accuracy
+  assert groups[2].stat("core_hours").n == 2
+
+
+def test_markdown_and_csv_over_seeds(repro_fig1):
+  path, root = repro_fig1
+  rows = report.collect(path, str(root), REPRO_FIGURE)
+  csv_lines = report.to_csv(rows, REPRO_FIGURE).splitlines()
+  assert len(csv_lines) == 13  # one line per run
+  assert csv_lines[0] == ("run_id,dataset,size,patch,attention,alpha,qk_norm,gated,seed,status,"
+                          "step,total_steps,test/prec@1,fewshot/10shot_avg,core_hours,"
+                          "training_loss")
+  md = report.to_markdown(rows, REPRO_FIGURE, title="fig1_mini").splitlines()
+  assert md[4] == ("| run | dataset | size | patch | attention | alpha | qk_norm | gated | seed "
+                   "| status | step | test acc | 10-shot avg | core hours | train loss |")
+  assert md[6] == ("| mnist_vit-Ti-p4-softmax-a1-qk_norm-nogated-seed0 | mnist_vit | Ti | 4 | "
+                   "softmax | 1 | True | False | 0 | finished | 10/10 | 0.8000 | 0.5000 | 0.020 "
+                   "| 0.3000 |")
+  summary = md[md.index("## Mean ± std over seeds"):]
+  assert summary[2].startswith("4 groups of runs that differ only in the seed.")
+  assert summary[4:] == [
+      ("| dataset | size | patch | attention | alpha | qk_norm | gated | status | seeds | "
+       "test acc | 10-shot avg | core hours | train loss |"),
+      "|" + "---|" * 13,
+      ("| mnist_vit | Ti | 4 | softmax | 1 | True | False | finished | 3 | 0.8300 ± 0.0361 (3) "
+       "| 0.5500 ± 0.0500 (3) | 0.022 ± 0.002 (3) | 0.2500 ± 0.0500 (3) |"),
+      ("| mnist_vit | Ti | 4 | relu | 1 | True | False | running | 3 | 0.8100 ± 0.0424 (2) | "
+       "0.5500 ± 0.0424 (2) | 0.032 ± 0.003 (2) | 0.4000 ± 0.0707 (2) |"),
+      ("| mnist_vit | S | 4 | softmax | 1 | True | False | running | 3 | 0.9000 (1) | "
+       "0.7000 (1) | 0.040 ± 0.014 (2) | 0.4500 ± 0.0707 (2) |"),
+      "| mnist_vit | S | 4 | relu | 1 | True | False | missing | 3 | - | - | - | - |",
+  ]
+  assert "Gate cost" not in "\n".join(md)
+
+
+def _segments(ax, gid: str) -> list[list[list[float]]]:
+  """The segments of the LineCollections with `gid` (error bars), rounded to 1e-9."""
+  return [np.round(segment, 9).tolist() for c in _collections(ax, gid)
+          for segment in c.get_segments()]
+
+
+def test_repro_fig1_panels(repro_fig1):
+  path, root = repro_fig1
+  rows = report.collect(path, str(root), REPRO_FIGURE)
+  figure = report.plot_sweep("fig1_mini", rows, REPRO_FIGURE)
+  left, right = figure.axes
+  assert (left.get_ylabel(), right.get_ylabel()) == ("mnist5k test accuracy",
+                                                     "10-shot digits transfer")
+  assert left.get_xlabel() == right.get_xlabel() == "CPU core hours"
+  assert left.get_title() == "mnist5k test accuracy (1 missing)"
+  softmax, relu = left.lines
+  assert (softmax.get_label(), relu.get_label()) == ("softmax", "relu/seqlen")
+  # Group means: Ti over 3 seeds, S over the seeds that logged each metric.
+  assert softmax.get_xdata() == pytest.approx([0.022, 0.04], rel=1e-12)
+  assert softmax.get_ydata() == pytest.approx([0.83, 0.9], rel=1e-12)
+  assert softmax.get_markevery() == [True, False]  # S: a seed is running, one missing
+  assert relu.get_xdata() == pytest.approx([0.032], rel=1e-12)
+  assert relu.get_markevery() == [False]
+  # ± 1 std bars where a group has 2 values or more: Ti softmax (3) and Ti relu (2), not S (1).
+  std_ti_softmax = statistics.stdev([0.80, 0.82, 0.87])
+  std_ti_relu = statistics.stdev([0.78, 0.84])
+  assert _segments(left, "std") == np.round([
+      [[0.022, 0.83 - std_ti_softmax], [0.022, 0.83 + std_ti_softmax]],
+      [[0.032, 0.81 - std_ti_relu], [0.032, 0.81 + std_ti_relu]]], 9).tolist()
+  running = [np.round(c.get_offsets(), 9).tolist() for c in _collections(left, "running")]
+  assert running == [[[0.04, 0.9]], [[0.032, 0.81]]]
+  (note,) = [t for t in left.texts if t.get_gid() == "missing"]
+  assert note.get_text() == "no value:\nrelu/seqlen: S"
+  assert sorted(t.get_text() for t in left.texts if t.get_gid() != "missing") == [
+      "S", "Ti", "Ti"]  # labelled by size
+  assert right.lines[0].get_ydata() == pytest.approx([0.55, 0.7], rel=1e-12)  # few-shot means
+  assert "mean over seeds" in figure.legends[0].get_title().get_text()
+
+
+def test_repro_fig2_panels_by_patch(tmp_path):
+  """Columns = patch values in the sweep's order (4 before 2); softmax's band of ± 1 std."""
+  grid = [_repro_args(patch=patch, attention=attention, alpha=alpha, seed=seed)
+          for patch in (4, 2) for attention, alpha in (("softmax", 1.0), ("relu", 0.0),
+                                                       ("relu", 1.0)) for seed in (0, 1)]
+  path = _repro_sweep(tmp_path, "fig2_mini", grid)
+  root = tmp_path / "runs"
+  for seed, accuracy in ((0, 0.9), (1, 0.8)):
+    _repro_run(root, path, {"test/prec@1": accuracy}, attention="softmax", seed=seed)
+  for seed, accuracy in ((0, 0.5), (1, 0.6)):
+    _repro_run(root, path, {"test/prec@1": accuracy}, alpha=0.0, seed=seed)
+  _repro_run(root, path, {"test/prec@1": 0.88}, alpha=1.0, seed=0)  # seed 1 missing
+  rows = report.collect(path, str(root), REPRO_FIGURE)
+  figure = report.plot_sweep("fig2_mini", rows, REPRO_FIGURE)
+  assert [ax.get_title() for ax in figure.axes] == ["mnist5k, patch 4",
+                                                    "mnist5k, patch 2 (3 missing)"]
+  assert figure.axes[0].get_ylabel() == "mnist5k test accuracy"  # one dataset: not named
+  panel = figure.axes[0]
+  relu, softmax = panel.lines
+  assert list(relu.get_xdata()) == [0.0, 1.0]
+  assert relu.get_ydata() == pytest.approx([0.55, 0.88], rel=1e-12)
+  assert relu.get_markevery() == [True, False]
+  std_relu = statistics.stdev([0.5, 0.6])
+  assert _segments(panel, "std") == np.round([[[0.0, 0.55 - std_relu],
+                                               [0.0, 0.55 + std_relu]]], 9).tolist()
+  assert softmax.get_ydata() == pytest.approx([0.85, 0.85], rel=1e-12)
+  assert softmax.get_linestyle() == "--"
+  (band,) = [p for p in panel.patches if p.get_gid() == "std"]
+  std_softmax = statistics.stdev([0.9, 0.8])
+  assert band.get_y() == pytest.approx(0.85 - std_softmax, rel=1e-12)
+  assert band.get_height() == pytest.approx(2 * std_softmax, rel=1e-12)
+  assert not _collections(figure.axes[1], "std")
+
+
+# Figure 4, seed 0: (patch, alpha, gated) -> core hours of a finished run, or None: running.
+REPRO_FIG4 = {(4, 0.0, False): 1.0, (4, 0.0, True): 1.1, (4, 1.0, False): 2.0,
+              (4, 1.0, True): 2.3, (2, 0.0, False): 4.0, (2, 0.0, True): 5.0,
+              (2, 1.0, False): 3.0, (2, 1.0, True): None}
+
+
+def test_repro_fig4_gate_cost(tmp_path, capsys):
+  path = _repro_sweep(tmp_path, "fig4_mini", [
+      _repro_args(patch=p, alpha=a, gated=g) for p, a, g in REPRO_FIG4])
+  root = tmp_path / "runs"
+  for (patch, alpha, gated), core_hours in REPRO_FIG4.items():
+    _repro_run(root, path, {"test/prec@1": 0.8, "core_hours": core_hours or 1.0},
+               finished=core_hours is not None, patch=patch, alpha=alpha, gated=gated)
+  rows = report.collect(path, str(root), REPRO_FIGURE)
+  ratios = report.gate_cost_ratios(rows)
+  assert [(r.args["patch"], r.args["alpha"], r.args["gated"]) for r, _ in ratios] == [
+      (4, 0.0, True), (4, 1.0, True), (2, 0.0, True)]  # patch 2, alpha 1: gated run running
+  assert [q for _, q in ratios] == pytest.approx([1.1, 1.15, 1.25], rel=1e-12)
+
+  out = tmp_path / "results"
+  report.main(["--sweep", path, "--root", str(root), "--out", str(out)])
+  assert capsys.readouterr().out.split() == [str(out / "fig4_mini.md"),
+                                             str(out / "fig4_mini.png")]
+  md = (out / "fig4_mini.md").read_text().splitlines()
+  gate = md[md.index("## Gate cost: core hours with gate / without gate"):]
+  assert gate[4:] == ["| patch | with / without gate |", "|---|---|",
+                      "| 4 | 1.1250 ± 0.0354 (2) |", "| 2 | 1.2500 (1) |",
+                      "| all | 1.1667 ± 0.0764 (3) |"]
+  assert statistics.stdev([1.1, 1.15, 1.25]) == pytest.approx(0.0763763, rel=1e-6)
+  assert "## Mean ± std over seeds" in md  # the runs have a seed (one each)
+  assert (out / "fig4_mini.csv").read_text().splitlines()[0].endswith(
+      "seed,status,step,total_steps,test/prec@1,fewshot/10shot_avg,core_hours,training_loss")
+
+  figure = report.plot_sweep("fig4_mini", rows, REPRO_FIGURE)
+  assert [ax.get_title() for ax in figure.axes] == ["mnist5k, patch 4", "mnist5k, patch 2"]
+  assert [line.get_label() for line in figure.axes[0].lines] == ["relu, gate", "relu, no gate"]
+  assert figure.axes[0].get_ylabel() == "mnist5k test accuracy"
+  assert report.to_markdown(rows, REPRO_FIGURE).count("Gate cost") == 0  # fig4 sweeps only

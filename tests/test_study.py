@@ -1,0 +1,92 @@
+"""The miniature reproduction's plan and runner: a few-run study end to end (real trainers,
+pinned to cores, as the full study runs them), then the report of what it produced."""
+import fcntl
+import os
+import subprocess
+import sys
+
+import pytest
+
+from big_vision_relu import repro, report, study
+from big_vision_relu import sweep as sweep_lib
+from conftest import ROOT
+
+SWEEPS = [f"configs/repro/fig{i}.py" for i in range(1, 5)]
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(monkeypatch):
+  monkeypatch.chdir(ROOT)  # sweep files name configs by repository-relative paths
+
+
+def test_plan_trains_each_run_once_in_phase_order_with_all_its_sweeps():
+  planned = study.plan(repro.PHASES)
+  by_sweep = {path: {r.run_id for r in sweep_lib.load_sweep(path)} for path in SWEEPS}
+  assert {p.run.run_id for p in planned} == set().union(*by_sweep.values())
+  assert len(planned) == len({p.run.run_id for p in planned})
+  for item in planned:
+    assert set(item.sweeps) == {path for path, ids in by_sweep.items()
+                                if item.run.run_id in ids}
+  assert [p.phase for p in planned] == sorted(p.phase for p in planned)
+  # The S model with relu/L, alpha 1, qk-LN, no gate, seed 0 is in every figure; it comes with
+  # Figure 1's first phase, and its run id names everything it is.
+  shared = next(p for p in planned if p.run.run_id ==
+                "mnist_vit-S-p4-relu-a1-qk_norm-nogated-seed0")
+  assert (shared.phase, set(shared.sweeps)) == (0, set(SWEEPS))
+  # Every L = 49 run comes before every L = 196 run.
+  last_short = max(i for i, p in enumerate(planned) if p.run.args["patch"] == 4)
+  first_long = min(i for i, p in enumerate(planned) if p.run.args["patch"] == 2)
+  assert last_short < first_long
+
+
+def test_plan_rejects_a_phase_selecting_on_an_unknown_argument():
+  with pytest.raises(ValueError, match=r"selects on \['variant'\]"):
+    study.plan([("configs/repro/fig1.py", {"variant": "S/16"})])
+
+
+def test_repro_run_rejects_unknown_arguments_and_pins_softmax_alpha():
+  with pytest.raises(ValueError, match="Unknown study arguments"):
+    repro.run(width=64)
+  assert repro.run(attention="softmax", alpha=0.0) == repro.run(attention="softmax")
+
+
+def _study(root, *args, data_dir):
+  env = {**os.environ, "TFDS_DATA_DIR": data_dir, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+  return subprocess.run([sys.executable, "-m", "big_vision_relu.study", "--root", str(root),
+                         *args], env=env, cwd=ROOT, capture_output=True, text=True,
+                        timeout=600)
+
+
+def test_a_two_run_study_trains_links_reports_and_resumes(offline_data_dir, tmp_path):
+  root = tmp_path / "repro"
+  done = _study(root, "--phases", "0", "--max_runs", "2", "--config_args", "runlocal",
+                data_dir=offline_data_dir)
+  assert done.returncode == 0, done.stderr[-3000:]
+  first_two = study.plan([repro.PHASES[0]])[:2]
+  for item in first_two:
+    assert study.status(root, item.run) == "finished"
+    assert (root / "runs" / item.run.run_id / "train.log").stat().st_size > 0
+  # The figure's sweep sees the runs through its links; the rest of the sweep is missing.
+  rows = {r.run_id: r for r in report.collect("configs/repro/fig1.py", str(root), repro.FIGURE)}
+  for item in first_two:
+    assert rows[item.run.run_id].status == "finished"
+    assert 0 <= rows[item.run.run_id].value("test/prec@1") <= 1
+  assert sum(r.status == "missing" for r in rows.values()) == len(rows) - 2
+  status = _study(root, "--phases", "0", "--status", data_dir=offline_data_dir)
+  assert "6 new runs, 2 finished, 0 started, 4 not started" in status.stdout, status.stdout
+  # A second study over the same root while one holds the lock refuses to start.
+  with open(root / "study.lock", "a+") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    refused = _study(root, "--phases", "0", "--config_args", "runlocal",
+                     data_dir=offline_data_dir)
+  assert refused.returncode != 0 and "Another study holds" in refused.stderr
+
+
+def test_report_knows_the_size_of_mnist5k_train(offline_data_dir):
+  """The report turns the study's total_epochs into steps with this size (to tell finished runs
+  from started ones); it must be the real split's."""
+  from big_vision_relu import recipes
+  from big_vision_relu.data import datasets
+  builder = datasets.get_builder("mnist5k", offline_data_dir)
+  assert builder.info.splits["train"].num_examples == recipes.TRAIN_SPLIT_SIZES[
+      ("mnist5k", "train")]
