@@ -50,7 +50,11 @@ class PlannedRun:
 
 
 def plan(phases: Sequence[tuple[str, dict[str, Any]]]) -> list[PlannedRun]:
-  """The study's runs in phase order, each once, with all the sweeps that list it."""
+  """The study's runs in phase order, each once, with all the sweeps that list it.
+
+  A phase is (sweep file, {argument: value or tuple of values}): the sweep's runs whose
+  arguments have those values.
+  """
   sweeps: dict[str, list[str]] = {}
   for path in dict.fromkeys(path for path, _ in phases):
     for run in sweep_lib.load_sweep(path):
@@ -62,7 +66,9 @@ def plan(phases: Sequence[tuple[str, dict[str, Any]]]) -> list[PlannedRun]:
       if unknown:
         raise ValueError(f"Phase {index} ({path}) selects on {sorted(unknown)}, which its runs "
                          f"do not have; they have {list(run.args)}.")
-      if run.run_id not in planned and all(run.args[k] == v for k, v in selection.items()):
+      if run.run_id not in planned and all(
+          run.args[k] in v if isinstance(v, tuple) else run.args[k] == v
+          for k, v in selection.items()):
         planned[run.run_id] = PlannedRun(run, index, tuple(sweeps[run.run_id]))
   return list(planned.values())
 
