@@ -1,10 +1,16 @@
-r"""Full training-step throughput and model FLOP utilisation, softmax vs relu/L.
+r"""Full training-step throughput and model FLOP utilisation, softmax vs relu/L (and the gate).
 
-    python benchmarks/train_step.py [--variants Ti/16,S/16] [--batch 32]
+    python benchmarks/train_step.py [--models 'variant=Ti/16;variant=S/16'] [--batch 32]
+    python benchmarks/train_step.py --config configs/repro/mnist_vit.py --image_size 28 \
+        --channels 1 --models 'size=S,patch=4;size=S,patch=2' --attentions softmax,relu,relu2 \
+        --gated --batch 32
 
 The step is the trainer's own (`train.make_update_fn`: forward, backward, the recipe's optimizer
-with clipping and decoupled weight decay) for the paper's ImageNet-21k recipe
-(`configs/vit_i21k.py`: 224 px, GAP head of 21,843 classes, qk-layernorm), on random images.
+with clipping and decoupled weight decay), on random images, for `--config` (default the
+paper's ImageNet-21k recipe `configs/vit_i21k.py`: 224 px, GAP head of 21,843 classes,
+qk-layernorm) with each of `--models` (config arguments, ';'-separated) and `--attentions`.
+`--gated` adds each pointwise attention with the paper's gate, and its cost (step time with the
+gate / without).
 MFU = model FLOPs per second / this machine's float32 matmul peak (the fastest of square
 matmuls of 1024, 2048 and 4096, timed in turn with the steps).
 Model FLOPs are the analytic matmul count of `big_vision_relu.cost` (x3 for forward +
@@ -32,22 +38,25 @@ import common
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def recipe_config(variant: str, attention: str, attention_impl: str):
-  """configs/vit_i21k.py for `variant` and `attention`, with the attention implementation."""
-  path = ROOT / "configs" / "vit_i21k.py"
+def recipe_config(config_path: str, model_args: str, attention: str, gated: bool,
+                  attention_impl: str):
+  """The config `config_path` with arguments `model_args`, `attention` and `gated`, and the
+  attention implementation."""
+  path = ROOT / config_path
   spec = importlib.util.spec_from_file_location(path.stem, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  config = module.get_config(f"variant={variant},attention={attention}")
+  config = module.get_config(f"{model_args},attention={attention},gated={gated}")
   if attention != "softmax":
     config.model.attention_impl = attention_impl
   return config
 
 
-def make_step(config, batch_size: int, image_size: int):
+def make_step(config, batch_size: int, image_size: int, channels: int):
   """(compiled trainer update step, its (state, batch) arguments)."""
   model = train_lib.make_model(config)
-  images = jax.random.normal(jax.random.PRNGKey(0), (batch_size, image_size, image_size, 3))
+  images = jax.random.normal(jax.random.PRNGKey(0),
+                             (batch_size, image_size, image_size, channels))
   labels = jax.nn.one_hot(jnp.arange(batch_size) % config.num_classes, config.num_classes)
   params = jax.jit(model.init)(jax.random.PRNGKey(1), images[:1])["params"]
   tx, _ = optim.make_optimizer(config, params, total_steps=100_000)
@@ -101,61 +110,73 @@ def print_profile(name: str, times: dict[str, float], model_flops: float, top: i
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--variants", default="Ti/16,S/16")
+  parser.add_argument("--config", default="configs/vit_i21k.py")
+  parser.add_argument("--models", default="variant=Ti/16;variant=S/16",
+                      help="';'-separated config arguments, one model each")
   parser.add_argument("--attentions", default="softmax,relu")
+  parser.add_argument("--gated", action="store_true",
+                      help="also time each pointwise attention with the gate")
   parser.add_argument("--attention_impl", default="dense",
                       help="implementation of the pointwise attentions (softmax is dense)")
   parser.add_argument("--batch", type=int, default=32)
   parser.add_argument("--image_size", type=int, default=224)
+  parser.add_argument("--channels", type=int, default=3)
   parser.add_argument("--rounds", type=int, default=3,
                       help="timed calls per step (interleaved with the matmuls); fastest counts")
   parser.add_argument("--profile", action="store_true",
                       help="also print where each step's time goes, by kind of XLA op")
   args = parser.parse_args()
-  print(f"jax {jax.__version__}, {jax.device_count()} device(s), batch {args.batch}, "
-        f"{args.image_size} px", flush=True)
+  print(f"jax {jax.__version__}, {jax.device_count()} device(s), {args.config}, batch "
+        f"{args.batch}, {args.image_size} px", flush=True)
 
   runs, flops = common.matmul_runs(), {}
-  for variant in args.variants.split(","):
+  for model_args in args.models.split(";"):
     for attention in args.attentions.split(","):
-      config = recipe_config(variant, attention, args.attention_impl)
-      compiled, step_args = make_step(config, args.batch, args.image_size)
-      runs[variant, attention] = compiled, step_args
-      flops[variant, attention] = (
-          3 * args.batch * cost.forward_flops_per_image(
-              dict(config.model), image_size=args.image_size, num_classes=config.num_classes),
-          compiled.cost_analysis().get("flops", float("nan")))
-      print(f"compiled {variant} {attention}", flush=True)
+      for gated in (False, True) if args.gated and attention != "softmax" else (False,):
+        config = recipe_config(args.config, model_args, attention, gated, args.attention_impl)
+        compiled, step_args = make_step(config, args.batch, args.image_size, args.channels)
+        key = (model_args, attention + (" gated" if gated else ""))
+        runs[key] = compiled, step_args
+        flops[key] = (
+            3 * args.batch * cost.forward_flops_per_image(
+                dict(config.model), image_size=args.image_size, channels=args.channels,
+                num_classes=config.num_classes),
+            compiled.cost_analysis().get("flops", float("nan")))
+        print(f"compiled {' '.join(key)}", flush=True)
   seconds = common.min_times(runs, rounds=args.rounds, max_seconds=args.rounds * 60.0)
   rates = common.matmul_rates(seconds)
   peak = max(rates.values())
 
   rows = []
   for key, (model_flops, xla_flops) in flops.items():
-    variant, attention = key
+    model, attention = key
     step_s = seconds[key]
-    rows.append((variant, attention, f"{step_s:.3f}", f"{args.batch / step_s:.2f}",
-                 common.ratio(seconds.get((variant, "softmax")), step_s),
-                 f"{model_flops / 1e9:.0f}", f"{xla_flops / 1e9:.0f}",
+    ungated = seconds.get((model, attention.removesuffix(" gated")))
+    rows.append((model, attention, f"{step_s:.3f}", f"{args.batch / step_s:.2f}",
+                 common.ratio(seconds.get((model, "softmax")), step_s),
+                 common.ratio(step_s, ungated) if attention.endswith(" gated") else "",
+                 f"{model_flops / 1e9:.2f}", f"{xla_flops / 1e9:.2f}",
                  f"{model_flops / step_s / 1e9:.1f}", f"{100 * model_flops / step_s / peak:.1f}%"))
   print("\nfloat32 matmuls [n, n] x [n, n]: " + ", ".join(
       f"{name.split()[1]}: {rate / 1e9:.1f} GFLOP/s" for name, rate in rates.items()) +
       f"; peak (the fastest) {peak / 1e9:.1f} GFLOP/s\n")
-  common.print_table(("variant", "attention", "s/step", "img/s", "throughput vs softmax",
-                      "model GFLOP/step", "XLA GFLOP/step", "GFLOP/s", "MFU"), rows)
+  common.print_table(("model", "attention", "s/step", "img/s", "throughput vs softmax",
+                      "gate cost (time x)", "model GFLOP/step", "XLA GFLOP/step", "GFLOP/s",
+                      "MFU"), rows)
   print("\nTargets:")
-  for (variant, attention), (model_flops, _) in flops.items():
-    if attention != "softmax" and (variant, "softmax") in seconds:
-      r = seconds[variant, "softmax"] / seconds[variant, attention]
-      print(f"  {variant} {attention} throughput {r:.2f}x softmax (target >= 1): "
+  for (model, attention), (model_flops, _) in flops.items():
+    if attention not in ("softmax",) and not attention.endswith(" gated") and (
+        model, "softmax") in seconds:
+      r = seconds[model, "softmax"] / seconds[model, attention]
+      print(f"  {model} {attention} throughput {r:.2f}x softmax (target >= 1): "
             f"{'met' if r >= 1 else 'NOT met'}")
-    if variant.startswith("S/16"):
-      mfu = model_flops / seconds[variant, attention] / peak
-      print(f"  {variant} {attention} MFU {100 * mfu:.1f}% (target >= 60%): "
+    if model.endswith("S/16") and not attention.endswith(" gated"):
+      mfu = model_flops / seconds[model, attention] / peak
+      print(f"  {model} {attention} MFU {100 * mfu:.1f}% (target >= 60%): "
             f"{'met' if mfu >= 0.6 else 'NOT met'}")
   if args.profile:
-    for (variant, attention), (model_flops, _) in flops.items():
-      print_profile(f"{variant} {attention}", op_times(*runs[variant, attention]), model_flops)
+    for key, (model_flops, _) in flops.items():
+      print_profile(" ".join(key), op_times(*runs[key]), model_flops)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ from big_vision_relu.models import vit
 def forward_flops_per_image(model_kwargs: dict, image_size: int = 224, channels: int = 3,
                             num_classes: int = 0) -> int:
   """Matmul FLOPs (2 per multiply-add) of one image's forward pass through the ViT."""
-  kw = {**vit.decode_variant(model_kwargs["variant"]), **model_kwargs}
+  variant = model_kwargs.get("variant")  # optional: configs may give width, depth, ... instead
+  kw = {**(vit.decode_variant(variant) if variant else {}), **model_kwargs}
   width, depth, patch = kw["width"], kw["depth"], kw["patch_size"][0]
   mlp_dim = kw.get("mlp_dim") or 4 * width
   tokens = (image_size // patch) ** 2 + (kw.get("pool_type") == "tok")
