@@ -55,9 +55,10 @@ def evaluate(config: ml_collections.ConfigDict, checkpoint_dir: str, step: int |
   finally:
     ckpt.close()
   results: dict[str, Any] = {"step": restored.step}
-  for evaluator in evaluators:
-    for name, value in evaluator.run(restored.state["params"]).items():
-      results[f"{evaluator.name}/{name}"] = value
+  with jax.set_mesh(run.mesh):  # as in training: seq_parallel attention finds its axis there
+    for evaluator in evaluators:
+      for name, value in evaluator.run(restored.state["params"]).items():
+        results[f"{evaluator.name}/{name}"] = value
   if write_to is not None:
     with metrics_lib.MetricWriter(write_to) as writer:
       writer.write_scalars(restored.step, {k: v for k, v in results.items() if k != "step"})

@@ -181,6 +181,11 @@ def setup(config: ml_collections.ConfigDict,
                      f"mesh axis ({mesh.shape[DATA_AXIS]} devices); pick a multiple.")
   input_pipeline.host_batch_size(batch_size, jax.process_count())
   model = make_model(config)
+  if (model.attention_impl == "seq_parallel" and model.mesh is None
+      and model.seq_axis not in mesh.axis_names):
+    raise ValueError(f"attention_impl='seq_parallel' splits the sequence over the mesh axis "
+                     f"{model.seq_axis!r}, which config.mesh={config.get('mesh')} lacks; use e.g. "
+                     f"config.mesh=[('data', 2), ('{model.seq_axis}', 4)].")
   steps_per_epoch = datasets.num_examples(config.input.data) / batch_size
   steps = _resolve_durations(config, steps_per_epoch)
 
@@ -197,7 +202,10 @@ def setup(config: ml_collections.ConfigDict,
       params["head"]["bias"] = jnp.full_like(params["head"]["bias"], config.init_head_bias)
     return params
 
-  abstract_params = jax.eval_shape(init_params, jax.random.PRNGKey(0))
+  # The trainer's mesh is the context mesh wherever the model is traced (here, in `train` and in
+  # `evaluate`), so attention_impl='seq_parallel' finds its sequence axis in config.mesh.
+  with jax.set_mesh(mesh):
+    abstract_params = jax.eval_shape(init_params, jax.random.PRNGKey(0))
   tx, schedules = optim.make_optimizer(config, abstract_params, steps["total"])
 
   def init_state(rng):
@@ -207,7 +215,8 @@ def setup(config: ml_collections.ConfigDict,
                 rng=train_rng, nonfinite_step=jnp.full((), -1, jnp.int32))
 
   strategy = config.get("sharding_strategy", [(".*", "replicate")])
-  abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(0))
+  with jax.set_mesh(mesh):
+    abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(0))
   state_shardings = sharding.tree_shardings(abstract_state, strategy, mesh)
   target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                         abstract_state, state_shardings)
@@ -231,6 +240,11 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   `devices` (default: all) are the devices of the mesh, e.g. one device of a host with eight.
   """
   run = setup(config, devices)
+  with jax.set_mesh(run.mesh):
+    return _train(config, workdir, run)
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str, run: Setup) -> dict[str, float]:
   mesh, steps, schedules, state_shardings = (run.mesh, run.steps, run.schedules,
                                              run.state_shardings)
   batch_size = config.input.batch_size
