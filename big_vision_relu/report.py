@@ -53,7 +53,9 @@ Seeds. Runs whose dataset and args agree except for `seed` form a group (`group_
 standard deviation (ddof=1; None below 2 values) and the number of its runs that logged the
 metric. A group is finished (or missing) when all its runs are, else running. When the runs have
 a seed, the Markdown file adds a table of the groups ("Mean ± std over seeds"); the CSV stays
-one line per run. For fig4 sweeps it adds the gate's cost: the core hours of each finished gated
+one line per run. For fig2-4 sweeps it adds, per column of the figure, the accuracy as a table
+of series (attention and the arguments other than alpha that vary) x alpha, the figure in
+numbers. For fig4 sweeps it adds the gate's cost: the core hours of each finished gated
 run over those of the same run without the gate (`gate_cost_ratios`), per column value of the
 figure and over all pairs.
 
@@ -61,8 +63,7 @@ Figures (matplotlib `Figure` objects, drawn with the Agg canvas; `plot_sweep` re
 the groups' means, with bars of ± 1 std where a group has 2 values or more:
 
 - fig1: accuracy (left) and few-shot transfer (right) against core hours (log x), one line per
-  attention through the model sizes, each point labelled with its `variant` (the paper) or
-  else its `size` (the reproduction).
+  attention through the model sizes, each point labelled with its `spec.size_key` argument.
 - fig2: rows = datasets (the paper: i21k / i1k), columns = values of `panel_key` (the paper:
   S/32 S/16 S/8); accuracy against alpha, one line per activation, softmax as a horizontal
   dashed black line (dotted while not finished; a grey band of ± 1 std).
@@ -380,7 +381,7 @@ def _table_lines(header: Sequence[str], body: Iterable[Sequence[str]]) -> list[s
 
 
 def to_markdown(rows: Sequence[Row], spec: sweep_lib.FigureSpec, title: str = "", *,
-                gate_cost: bool = False) -> str:
+                alpha_tables: bool = False, gate_cost: bool = False) -> str:
   """A Markdown table of the runs with a summary line: accuracies and losses to 4 decimals, '-'
   where no value was logged, step 'n/total' (or 'n' when the total is unknown). Then, when the
   runs have a seed, the groups' mean ± std over seeds, and with `gate_cost` (fig4) the gate's
@@ -404,9 +405,45 @@ def to_markdown(rows: Sequence[Row], spec: sweep_lib.FigureSpec, title: str = ""
   lines += _table_lines(header, cells)
   if _has_seeds(rows):
     lines += _seeds_markdown(rows, metrics)
+  if alpha_tables:
+    lines += _alpha_markdown(rows, spec)
   if gate_cost:
     lines += _gate_cost_markdown(rows, spec.panel_key)
   return "\n".join(lines) + "\n"
+
+
+def _finished_cell(group: Group, metric: str) -> str:
+  return _stat_cell(summarize([v for r in group.rows
+                               if r.status == "finished" and (v := r.value(metric)) is not None]),
+                    metric)
+
+
+def _alpha_markdown(rows: Sequence[Row], spec: sweep_lib.FigureSpec) -> list[str]:
+  """Per dataset and column of the figure: accuracy, series (attention + the other varying
+  args) x alpha. Softmax takes no alpha: its value is in its run's alpha column only."""
+  groups = group_rows(rows)
+  alphas = sorted({g.args["alpha"] for g in groups})
+  lines = ["", f"## {spec.accuracy_label} by alpha", "",
+           "Finished runs only: mean ± sample std over seeds (how many); '-': none finished."]
+  for dataset in _ordered(g.dataset for g in groups):
+    for panel in _ordered(g.args[spec.panel_key] for g in groups if g.dataset == dataset):
+      panel_groups = [g for g in groups
+                      if g.dataset == dataset and g.args[spec.panel_key] == panel]
+      varying = [k for k in _arg_keys(panel_groups) if k not in ("alpha", spec.panel_key)
+                 and len({_markdown_arg(g.args[k]) for g in panel_groups}) > 1]
+      series: dict[tuple[str, ...], dict[float, Group]] = {}
+      for group in panel_groups:
+        label = tuple(f"{k}={_markdown_arg(group.args[k])}" if k != "attention"
+                      else group.args[k] for k in varying)
+        series.setdefault(label, {})[group.args["alpha"]] = group
+      cells = [[", ".join(label), *(_finished_cell(by_alpha[a], spec.accuracy_metric)
+                                    if a in by_alpha else "" for a in alphas)]
+               for label, by_alpha in series.items()]
+      title = spec.panel_title.format(dataset=dataset, value=panel)
+      lines += ["", f"### {title}", "",
+                *_table_lines([", ".join(varying), *(f"alpha {_markdown_arg(a)}"
+                                                     for a in alphas)], cells)]
+  return lines
 
 
 def _seeds_markdown(rows: Sequence[Row], metrics: Sequence[str]) -> list[str]:
@@ -702,6 +739,8 @@ def write_report(sweep_path: str, root: str, out: str) -> dict[str, str]:
   paths = {"csv": out_dir / f"{name}.csv", "md": out_dir / f"{name}.md"}
   paths["csv"].write_text(to_csv(rows, spec))
   paths["md"].write_text(to_markdown(rows, spec, title=f"{name} ({root})",
+                                     alpha_tables=figure_kind(name) in ("fig2", "fig3",
+                                                                        "fig4"),
                                      gate_cost=figure_kind(name) == "fig4"))
   figure = plot_sweep(name, rows, spec)
   if figure is not None:

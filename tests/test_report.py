@@ -525,3 +525,35 @@ def test_repro_fig4_gate_cost(tmp_path, capsys):
   assert [line.get_label() for line in figure.axes[0].lines] == ["relu, gate", "relu, no gate"]
   assert figure.axes[0].get_ylabel() == "mnist5k test accuracy"
   assert report.to_markdown(rows, REPRO_FIGURE).count("Gate cost") == 0  # fig4 sweeps only
+
+
+def test_alpha_tables_use_finished_runs_only(tmp_path):
+  """fig2-4 Markdown: per column of the figure, series x alpha of the finished runs' accuracy
+  (mean ± std over seeds); a running run's last value (e.g. step 1's) is not a result."""
+  grid = [_repro_args(attention=a, alpha=alpha, seed=seed, qk_norm=qk)
+          for a in ("relu", "relu2") for alpha in (0.0, 1.0) for seed in (0, 1)
+          for qk in (True, False)]
+  path = _repro_sweep(tmp_path, "fig3_mini", grid)
+  root = tmp_path / "runs"
+  accuracies = {("relu", 0.0, True): (0.50, 0.60), ("relu", 1.0, True): (0.80, 0.90),
+                ("relu2", 1.0, False): (0.70, None)}
+  for (attention, alpha, qk), seeds in accuracies.items():
+    for seed, accuracy in enumerate(seeds):
+      if accuracy is not None:
+        _repro_run(root, path, _metrics(accuracy, 0.5, 0.05, 0.3), attention=attention,
+                   alpha=alpha, seed=seed, qk_norm=qk)
+  # Running: logged 0.1 at step 5 of 10; it must not show up.
+  _repro_run(root, path, {"test/prec@1": 0.1}, finished=False, attention="relu2", alpha=0.0,
+             seed=0, qk_norm=True)
+  out = report.write_report(path, str(root), str(tmp_path / "out"))
+  md = pathlib.Path(out["md"]).read_text().splitlines()
+  table = md[md.index("### mnist5k, patch 4"):]
+  assert table[2:8] == [
+      "| attention, qk_norm | alpha 0 | alpha 1 |",
+      "|---|---|---|",
+      f"| relu, qk_norm=True | 0.5500 ± {np.std([0.5, 0.6], ddof=1):.4f} (2) | "
+      f"0.8500 ± {np.std([0.8, 0.9], ddof=1):.4f} (2) |",
+      "| relu, qk_norm=False | - | - |",
+      "| relu2, qk_norm=True | - | - |",
+      "| relu2, qk_norm=False | - | 0.7000 (1) |",
+  ]
