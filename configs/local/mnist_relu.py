@@ -19,8 +19,10 @@ Patch 7 with lr 3e-3 was the best of the five short recipes we
 tried for this budget (patch 4: 0.905 at 30 epochs; random-crop or inception-crop augmentation
 underfit in 30 epochs: 0.815 / 0.885).
 """
-from big_vision_relu.config import parse_arg
 import ml_collections
+
+from big_vision_relu import recipes
+from big_vision_relu.config import parse_arg
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -33,7 +35,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.input = dict(
       data=dict(name="mnist5k", split="train"),
       batch_size=128 if not arg.runlocal else 16,
-      pp='decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
+      pp=recipes.MNIST_PP,
   )
   config.num_classes = 10
   config.model = dict(
@@ -41,13 +43,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       pool_type="gap", posemb="learn",
       attention=arg.attention, seqlen_alpha=arg.alpha, qk_norm=arg.qk_norm, gated=arg.gated,
   )
-  config.loss = "softmax_xent"
-  config.optax_name = "scale_by_adam"
-  config.optax = dict(b1=0.9, b2=0.999)
-  config.lr = 3e-3
-  config.wd = 1e-4
-  config.grad_clip_norm = 1.0
-  config.schedule = dict(warmup_percent=0.05, decay_type="cosine")
+  recipes.set_mnist_optimizer(config)
 
   config.log_training_steps = 2 if arg.runlocal else 50
   config.ckpt_steps = 3 if arg.runlocal else 200
@@ -55,7 +51,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.evals.test = dict(
       type="classification",
       data=dict(name="mnist5k", split="test"),
-      pp_fn='decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
+      pp_fn=recipes.MNIST_PP,
       batch_size=256 if not arg.runlocal else 16,
       log_percent=0.25,
   )
@@ -63,20 +59,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.evals.attention = dict(
       type="attention_stats",
       data=dict(name="mnist5k", split="test"),
-      pp_fn='decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
+      pp_fn=recipes.MNIST_PP,
       batch_size=128 if not arg.runlocal else 16,
       num_examples=128 if not arg.runlocal else 16,
       log_percent=0.1,
   )
   # Few-shot transfer to scikit-learn's 8x8 digits (upsampled to MNIST's 28x28): the local
   # stand-in for the paper's "10-shot linear transfer" (closed-form ridge on pre_logits).
-  digits_pp = 'decode(channels=1)|resize(28)|value_range(-1, 1)|keep("image", "label")'
-  config.evals.fewshot = dict(
-      type="fewshot",
-      datasets={"digits": ("digits", "train", "test")},
-      pp_train=digits_pp, pp_eval=digits_pp,
-      shots=(10,), seeds=(0, 1, 2),
-      batch_size=256 if not arg.runlocal else 16,
-      log_percent=0.5,
-  )
+  config.evals.fewshot = recipes.fewshot_eval(recipes.DIGITS_FEWSHOT, size=28, channels=1,
+                                              batch_size=256 if not arg.runlocal else 16,
+                                              log_percent=0.5)
   return config

@@ -29,8 +29,10 @@ probe on scikit-learn's digits (3 draws), the stand-ins for i1k accuracy and 10-
 Expected (measured here, one CPU core per run): S, patch 4, relu/L, 10 epochs: test prec@1
 0.878, 0.053 core hours (3.2 minutes); every run's result is in docs/reproduction.md.
 """
-from big_vision_relu.config import parse_arg
 import ml_collections
+
+from big_vision_relu import recipes
+from big_vision_relu.config import parse_arg
 
 # size -> (width, depth, heads, mlp_dim); head dimension 16 throughout.
 SIZES = {
@@ -38,10 +40,6 @@ SIZES = {
     "S": (64, 4, 4, 256),
     "B": (128, 4, 8, 512),
 }
-_PP = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
-# scikit-learn's 8x8 digits, upsampled to MNIST's 28x28.
-_DIGITS_PP = 'decode(channels=1)|resize(28)|value_range(-1, 1)|keep("image", "label")'
-
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   arg = parse_arg(arg, size="S", patch=4, attention="relu", alpha=1.0, qk_norm=True,
@@ -54,20 +52,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.total_epochs = arg.epochs if not arg.runlocal else None
   config.total_steps = 4 if arg.runlocal else None
   config.input = dict(data=dict(name="mnist5k", split="train"),
-                      batch_size=32 if not arg.runlocal else 16, pp=_PP)
+                      batch_size=32 if not arg.runlocal else 16, pp=recipes.MNIST_PP)
   config.num_classes = 10
   config.model = dict(
       patch_size=(arg.patch, arg.patch), width=width, depth=depth, mlp_dim=mlp_dim,
       num_heads=heads, pool_type="gap", posemb="learn",
       attention=arg.attention, seqlen_alpha=arg.alpha, qk_norm=arg.qk_norm, gated=arg.gated,
   )
-  config.loss = "softmax_xent"
-  config.optax_name = "scale_by_adam"
-  config.optax = dict(b1=0.9, b2=0.999)
-  config.lr = 3e-3
-  config.wd = 1e-4
-  config.grad_clip_norm = 1.0
-  config.schedule = dict(warmup_percent=0.05, decay_type="cosine")
+  recipes.set_mnist_optimizer(config)
 
   config.log_training_steps = 2 if arg.runlocal else 100
   # A checkpoint about every 40 s of one CPU core, so a stopped study loses little.
@@ -75,9 +67,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Evaluators without a cadence run once, at the last step.
   config.evals = ml_collections.ConfigDict()
   config.evals.test = dict(type="classification", data=dict(name="mnist5k", split="test"),
-                           pp_fn=_PP, batch_size=250 if not arg.runlocal else 16)
-  config.evals.fewshot = dict(
-      type="fewshot", datasets={"digits": ("digits", "train", "test")},
-      pp_train=_DIGITS_PP, pp_eval=_DIGITS_PP, shots=(10,), seeds=(0, 1, 2),
-      batch_size=256 if not arg.runlocal else 16)
+                           pp_fn=recipes.MNIST_PP, batch_size=250 if not arg.runlocal else 16)
+  config.evals.fewshot = recipes.fewshot_eval(recipes.DIGITS_FEWSHOT, size=28, channels=1,
+                                              batch_size=256 if not arg.runlocal else 16)
   return config
