@@ -45,6 +45,9 @@ Status of a run:
   every evaluator of config.json's `evals` (the trainer runs all of them at the final step).
   That fallback is a heuristic: it also matches a run that stopped right after a step where
   every evaluator happened to be due.
+- `diverged`: the workdir holds a `DIVERGED` file (big_vision_relu.study writes it when the
+  trainer stopped on a non-finite loss). Its metrics are dropped: it is drawn and tabled like a
+  run without a value, and the alpha tables say "diverged".
 - `running`: anything else with a workdir, i.e. not finished: still training, preempted and
   not restarted, or stopped by an error (its values are the last logged ones).
 
@@ -105,7 +108,10 @@ CORE_HOURS = "core_hours"
 TRAINING_LOSS = "training_loss"
 SEED = "seed"
 GATED = "gated"
-STATUSES = ("missing", "running", "finished")
+STATUSES = ("missing", "running", "diverged", "finished")
+# Written into a run's workdir by big_vision_relu.study when its trainer stopped on a
+# non-finite loss: the run is a result (this config diverges), not one to retry.
+DIVERGED_FILE = "DIVERGED"
 _MARKDOWN_HEADERS = {"i1k/prec@1": "i1k acc", "test/prec@1": "test acc",
                      "fewshot/10shot_avg": "10-shot avg", CORE_HOURS: "core hours",
                      TRAINING_LOSS: "train loss"}
@@ -227,6 +233,8 @@ def collect_run(run: sweep_lib.Run, workdir: str | epath.Path,
   records = parse_metrics(text.splitlines(), name=str(jsonl))
   step = max(records) if records else None
   total = total_steps(config)
+  if (workdir / DIVERGED_FILE).exists():  # its last values are no result: none are kept
+    return Row(run.run_id, dataset, dict(run.args), "diverged", step=step, total_steps=total)
   finished = _is_finished(step, total, records.get(step, {}), config)
   return Row(run.run_id, dataset, dict(run.args), "finished" if finished else "running",
              step=step, total_steps=total, metrics=last_values(records, spec_metrics(spec)))
@@ -390,8 +398,9 @@ def to_markdown(rows: Sequence[Row], spec: sweep_lib.FigureSpec, title: str = ""
   metrics = spec_metrics(spec)
   counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
   lines = [f"# {title}", ""] if title else []
+  diverged = f"{counts['diverged']} diverged, " if counts["diverged"] else ""
   lines += [(f"{len(rows)} runs: {counts['finished']} finished, {counts['running']} running, "
-             f"{counts['missing']} missing. Values are the last logged ones."), ""]
+             f"{diverged}{counts['missing']} missing. Values are the last logged ones."), ""]
   header = ["run", "dataset", *keys, "status", "step", *(_MARKDOWN_HEADERS.get(m, m)
                                                           for m in metrics)]
   cells = []
@@ -413,9 +422,12 @@ def to_markdown(rows: Sequence[Row], spec: sweep_lib.FigureSpec, title: str = ""
 
 
 def _finished_cell(group: Group, metric: str) -> str:
-  return _stat_cell(summarize([v for r in group.rows
-                               if r.status == "finished" and (v := r.value(metric)) is not None]),
-                    metric)
+  """The finished runs' Stat; 'diverged' when none finished and one diverged."""
+  stat = summarize([v for r in group.rows
+                    if r.status == "finished" and (v := r.value(metric)) is not None])
+  if stat is None and any(r.status == "diverged" for r in group.rows):
+    return "diverged"
+  return _stat_cell(stat, metric)
 
 
 def _alpha_markdown(rows: Sequence[Row], spec: sweep_lib.FigureSpec) -> list[str]:

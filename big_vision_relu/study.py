@@ -10,8 +10,9 @@ to it, which is where `big_vision_relu.report` looks). `--workers` runs train in
 pinned to its own CPU core (on this 2-core machine two pinned runs do ~20% more work than one
 run on both cores, and a run's core hours are then its own CPU time).
 
-Stopping and resuming: a run is done when its metrics reach its last step (report's rule).
-Anything else is (re)started; the trainer resumes it from its last checkpoint. SIGTERM / SIGINT
+Stopping and resuming: a run is done when its metrics reach its last step (report's rule), or
+when its trainer stopped on a non-finite loss (the study then writes `DIVERGED` into its workdir:
+a result, not retried). Anything else is (re)started; the trainer resumes it from its last checkpoint. SIGTERM / SIGINT
 to the study are passed to the running trainers, which checkpoint and exit; if the study dies
 without that, the kernel sends its trainers SIGTERM (PR_SET_PDEATHSIG). A lock file keeps a
 second study from training the same runs. A run that fails is logged and skipped until the next
@@ -88,7 +89,7 @@ def link_sweep_dirs(root: pathlib.Path, planned: Sequence[PlannedRun]) -> None:
 
 
 def status(root: pathlib.Path, run: sweep_lib.Run) -> str:
-  """'missing', 'running' (started, not finished) or 'finished', by report's rule."""
+  """'missing', 'running' (started, not finished), 'diverged' or 'finished' (report's rule)."""
   return report.collect_run(run, run_dir(root, run)).status
 
 
@@ -99,6 +100,15 @@ def _pin_and_die_with_parent(core: int | None, niceness: int):
       os.sched_setaffinity(0, {core})
     os.nice(niceness)
   return prepare
+
+
+def _nonfinite_error(log: pathlib.Path) -> str | None:
+  """The trainer's non-finite-loss error from the end of its log, None if it stopped otherwise."""
+  with open(log, "rb") as f:
+    f.seek(max(0, f.seek(0, os.SEEK_END) - 20_000))
+    tail = f.read().decode(errors="replace")
+  errors = [line for line in tail.splitlines() if line.startswith("FloatingPointError: ")]
+  return errors[-1] if errors else None
 
 
 class Study:
@@ -148,6 +158,9 @@ class Study:
       logging.info("finished %s (%.1f min)", item.run.run_id, minutes)
     elif self._stopping.is_set():
       logging.info("stopped %s (%s; resumes from its checkpoint)", item.run.run_id, state)
+    elif diverged := _nonfinite_error(workdir / "train.log"):
+      (workdir / report.DIVERGED_FILE).write_text(diverged + "\n")
+      logging.warning("DIVERGED %s (not retried): %s", item.run.run_id, diverged)
     else:
       logging.error("FAILED %s: exit code %d, %s; see %s", item.run.run_id, code, state,
                     workdir / "train.log")
@@ -155,7 +168,8 @@ class Study:
 
   def run(self, max_runs: int | None = None) -> None:
     todo: queue.Queue[PlannedRun] = queue.Queue()
-    pending = [p for p in self.planned if status(self.root, p.run) != "finished"]
+    pending = [p for p in self.planned
+               if status(self.root, p.run) not in ("finished", "diverged")]
     for item in pending[:max_runs]:
       todo.put(item)
     logging.info("%d of %d runs to do, %d workers", todo.qsize(), len(self.planned),
@@ -201,7 +215,8 @@ def print_status(root: pathlib.Path, planned: Sequence[PlannedRun],
   for index, (path, selection) in enumerate(phases):
     c = counts.get(index, dict.fromkeys(report.STATUSES, 0))
     print(f"phase {index}: {path} {selection or 'all'}: {sum(c.values())} new runs, "
-          f"{c['finished']} finished, {c['running']} started, {c['missing']} not started")
+          f"{c['finished']} finished, {c['diverged']} diverged, {c['running']} started, "
+          f"{c['missing']} not started")
 
 
 def main(argv: list[str]) -> None:

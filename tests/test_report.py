@@ -545,6 +545,15 @@ def test_alpha_tables_use_finished_runs_only(tmp_path):
   # Running: logged 0.1 at step 5 of 10; it must not show up.
   _repro_run(root, path, {"test/prec@1": 0.1}, finished=False, attention="relu2", alpha=0.0,
              seed=0, qk_norm=True)
+  # Diverged (the study's marker): its last values are dropped and the cell says so.
+  _repro_run(root, path, {"test/prec@1": 0.1}, finished=False, attention="relu", alpha=0.0,
+             seed=0, qk_norm=False)
+  diverged = sweep.Run(REPRO_CONFIG, _repro_args(attention="relu", alpha=0.0, seed=0,
+                                                 qk_norm=False))
+  workdir = pathlib.Path(sweep.workdir(str(root), path, diverged))
+  (workdir / report.DIVERGED_FILE).write_text("FloatingPointError: Non-finite loss\n")
+  row = report.collect_run(diverged, workdir, REPRO_FIGURE)
+  assert (row.status, row.step, row.metrics) == ("diverged", 5, {})
   out = report.write_report(path, str(root), str(tmp_path / "out"))
   md = pathlib.Path(out["md"]).read_text().splitlines()
   table = md[md.index("### mnist5k, patch 4"):]
@@ -553,7 +562,7 @@ def test_alpha_tables_use_finished_runs_only(tmp_path):
       "|---|---|---|",
       f"| relu, qk_norm=True | 0.5500 ± {np.std([0.5, 0.6], ddof=1):.4f} (2) | "
       f"0.8500 ± {np.std([0.8, 0.9], ddof=1):.4f} (2) |",
-      "| relu, qk_norm=False | - | - |",
+      "| relu, qk_norm=False | diverged | - |",
       "| relu2, qk_norm=True | - | - |",
       "| relu2, qk_norm=False | - | 0.7000 (1) |",
   ]

@@ -90,3 +90,33 @@ def test_report_knows_the_size_of_mnist5k_train(offline_data_dir):
   builder = datasets.get_builder("mnist5k", offline_data_dir)
   assert builder.info.splits["train"].num_examples == recipes.TRAIN_SPLIT_SIZES[
       ("mnist5k", "train")]
+
+
+def test_a_diverging_run_is_marked_and_not_retried(offline_data_dir, tmp_path, monkeypatch):
+  """A trainer stopped by a non-finite loss (lr 1e30) is a result: the study writes DIVERGED,
+  reports no failure, the report drops its values, and the next study does not rerun it."""
+  monkeypatch.setenv("TFDS_DATA_DIR", offline_data_dir)
+  monkeypatch.setenv("XLA_FLAGS", "")
+  config = tmp_path / "diverging.py"
+  config.write_text(
+      "import importlib.util\n\n\ndef get_config(arg=None):\n"
+      f"  spec = importlib.util.spec_from_file_location('c', {str(ROOT / repro.CONFIG)!r})\n"
+      "  module = importlib.util.module_from_spec(spec)\n  spec.loader.exec_module(module)\n"
+      "  config = module.get_config(arg)\n  config.lr = 1e30\n  return config\n")
+  run = sweep_lib.Run(str(config), {"attention": "identity", "runlocal": True})
+  root = tmp_path / "study"
+  planned = [study.PlannedRun(run, 0, ())]
+
+  def run_study():
+    runner = study.Study(root, planned, workers=1, extra_config_args="", niceness=0)
+    runner.run()
+    return runner
+  assert run_study().failed == []
+  workdir = root / "runs" / run.run_id
+  assert (workdir / report.DIVERGED_FILE).read_text().startswith(
+      "FloatingPointError: Non-finite loss or gradients at step ")
+  row = report.collect_run(run, workdir, repro.FIGURE)
+  assert (row.status, row.metrics) == ("diverged", {})
+  log_size = (workdir / "train.log").stat().st_size
+  assert run_study().failed == []
+  assert (workdir / "train.log").stat().st_size == log_size  # not started again
