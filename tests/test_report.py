@@ -560,8 +560,8 @@ def test_alpha_tables_use_finished_runs_only(tmp_path):
   assert table[2:8] == [
       "| attention, qk_norm | alpha 0 | alpha 1 |",
       "|---|---|---|",
-      f"| relu, qk_norm=True | 0.5500 ± {np.std([0.5, 0.6], ddof=1):.4f} (2) | "
-      f"0.8500 ± {np.std([0.8, 0.9], ddof=1):.4f} (2) |",
+      (f"| relu, qk_norm=True | 0.5500 ± {np.std([0.5, 0.6], ddof=1):.4f} (2) | "
+       f"0.8500 ± {np.std([0.8, 0.9], ddof=1):.4f} (2) |"),
       "| relu, qk_norm=False | diverged | - |",
       "| relu2, qk_norm=True | - | - |",
       "| relu2, qk_norm=False | - | 0.7000 (1) |",
