@@ -54,8 +54,7 @@ def _study(root, *args, data_dir):
   env = {**os.environ, "TFDS_DATA_DIR": data_dir, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
   return subprocess.run([sys.executable, "-m", "big_vision_relu.study", "--root", str(root),
                          *args], check=False, env=env, cwd=ROOT, capture_output=True,
-                        text=True,
-                        timeout=600)
+                        text=True, timeout=600)
 
 
 def test_a_two_run_study_trains_links_reports_and_resumes(offline_data_dir, tmp_path):
