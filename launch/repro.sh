@@ -20,6 +20,11 @@ fi
 mkdir -p "$ROOT"
 case "${1:-start}" in
   start)
+    pid="$(cat "$ROOT/study.lock" 2>/dev/null || true)"
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      echo "the study is already running as pid $pid (log: $ROOT/study.log)"
+      exit 0
+    fi
     "$PY" -m big_vision_relu.data.prepare
     nohup "$PY" -m big_vision_relu.study --root "$ROOT" >> "$ROOT/study.log" 2>&1 &
     echo "study running as pid $! (log: $ROOT/study.log; 'bash launch/repro.sh status')"
