@@ -20,9 +20,8 @@ fi
 mkdir -p "$ROOT"
 case "${1:-start}" in
   start)
-    pid="$(cat "$ROOT/study.lock" 2>/dev/null || true)"
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-      echo "the study is already running as pid $pid (log: $ROOT/study.log)"
+    if [ -f "$ROOT/study.lock" ] && ! flock -n "$ROOT/study.lock" true; then
+      echo "the study is already running as pid $(cat "$ROOT/study.lock") (log: $ROOT/study.log)"
       exit 0
     fi
     "$PY" -m big_vision_relu.data.prepare
