@@ -32,8 +32,9 @@ case "${1:-start}" in
     "$PY" -m big_vision_relu.study --root "$ROOT" --status
     ;;
   stop)
-    pid="$(cat "$ROOT/study.lock" 2>/dev/null || true)"
-    if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then
+    # The pid in the lock file is the study's only while the lock is held.
+    if [ -f "$ROOT/study.lock" ] && ! flock -n "$ROOT/study.lock" true \
+        && pid="$(cat "$ROOT/study.lock")" && kill -TERM "$pid" 2>/dev/null; then
       echo "asked study $pid to stop; trainers checkpoint and exit"
     else
       echo "no study running"
