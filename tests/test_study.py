@@ -120,3 +120,23 @@ def test_a_diverging_run_is_marked_and_not_retried(offline_data_dir, tmp_path, m
   log_size = (workdir / "train.log").stat().st_size
   assert run_study().failed == []
   assert (workdir / "train.log").stat().st_size == log_size  # not started again
+
+
+def test_launch_script_stops_and_refuses_only_a_study_holding_its_lock(tmp_path):
+  """launch/repro.sh trusts the pid in study.lock only while the lock is held: a stale file
+  (e.g. after a reboot) must not make it signal an unrelated process."""
+  script = str(ROOT / "launch" / "repro.sh")
+  env = {**os.environ, "ROOT": str(tmp_path)}
+
+  def launch(command):
+    return subprocess.run(["bash", script, command], env=env, capture_output=True, text=True,
+                          check=True, timeout=60).stdout
+  bystander = subprocess.Popen(["sleep", "60"])
+  (tmp_path / "study.lock").write_text(str(bystander.pid))
+  assert "no study running" in launch("stop")  # stale: nobody holds the lock
+  assert bystander.poll() is None
+  with open(tmp_path / "study.lock", "a+") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running study does
+    assert f"already running as pid {bystander.pid}" in launch("start")
+    assert f"asked study {bystander.pid} to stop" in launch("stop")
+  assert bystander.wait(timeout=10) == -15  # SIGTERM
