@@ -30,8 +30,10 @@ def _short(key: str, value: Any) -> str:
     return str(value).replace("/", "")
   if key == "alpha":
     return f"a{value:g}"
-  if key in ("patch", "seed"):  # bare numbers would be ambiguous: 'p4', 'seed0'
-    return f"{'p' if key == 'patch' else key}{value}"
+  if key == "patch":  # bare numbers would be ambiguous
+    return f"p{value}"
+  if key == "seed":
+    return f"seed{value}"
   return str(value)
 
 
