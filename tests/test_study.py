@@ -102,7 +102,9 @@ def test_a_diverging_run_is_marked_and_not_retried(offline_data_dir, tmp_path, m
       "import importlib.util\n\n\ndef get_config(arg=None):\n"
       f"  spec = importlib.util.spec_from_file_location('c', {str(ROOT / repro.CONFIG)!r})\n"
       "  module = importlib.util.module_from_spec(spec)\n  spec.loader.exec_module(module)\n"
-      "  config = module.get_config(arg)\n  config.lr = 1e30\n  return config\n")
+      "  config = module.get_config(arg)\n  config.lr = 1e30\n"
+      "  config.evals = {}  # nothing to wait for before the loss turns non-finite\n"
+      "  return config\n")
   run = sweep_lib.Run(str(config), {"attention": "identity", "runlocal": True})
   root = tmp_path / "study"
   planned = [study.PlannedRun(run, 0, ())]
