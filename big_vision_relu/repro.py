@@ -51,12 +51,13 @@ def ablation(flag: str) -> list[Run]:
 # The study's order: (sweep file, {argument: value or tuple of values}) selects that sweep's
 # runs. Cheap and most telling first, so that a study stopped early has whole figures at L = 49
 # before anything at L = 196: Figure 1 at seed 0, the seeds of its small models (the first
-# measure of seed noise), Figure 2's alpha curves at every other grid point, all seeds of
-# Figure 1 and of alpha 0 and 1, then the rest.
+# measure of seed noise), Figure 2's alpha curves of every activation at alpha 0, 1, 2, then at
+# 0.5 and 1.5, all seeds of Figure 1 and of alpha 0 and 1, then the rest.
 PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("configs/repro/fig1.py", {"seed": 0}),
     ("configs/repro/fig1.py", {"size": ("Ti", "S")}),
-    ("configs/repro/fig2.py", {"patch": 4, "seed": 0, "alpha": (0.0, 0.5, 1.0, 1.5, 2.0)}),
+    ("configs/repro/fig2.py", {"patch": 4, "seed": 0, "alpha": (0.0, 1.0, 2.0)}),
+    ("configs/repro/fig2.py", {"patch": 4, "seed": 0, "alpha": (0.5, 1.5)}),
     ("configs/repro/fig1.py", {}),
     ("configs/repro/fig2.py", {"patch": 4, "alpha": SEEDED_ALPHAS}),
     ("configs/repro/fig2.py", {"patch": 4}),
