@@ -73,7 +73,8 @@ def test_a_two_run_study_trains_links_reports_and_resumes(offline_data_dir, tmp_
     assert 0 <= rows[item.run.run_id].value("test/prec@1") <= 1
   assert sum(r.status == "missing" for r in rows.values()) == len(rows) - 2
   status = _study(root, "--phases", "0", "--status", data_dir=offline_data_dir)
-  assert "6 new runs, 2 finished, 0 started, 4 not started" in status.stdout, status.stdout
+  assert ("6 new runs, 2 finished, 0 diverged, 0 started, 4 not started"
+          in status.stdout), status.stdout
   # A second study over the same root while one holds the lock refuses to start.
   with open(root / "study.lock", "a+") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
