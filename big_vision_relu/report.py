@@ -25,7 +25,8 @@ What is read. A run's workdir is `<root>/<sweep name>/<run id>` (`sweep.workdir`
 
 For each metric of `spec_metrics(spec)` a row holds its LAST logged value: the value at the
 highest step that logged it (evaluators log less often than the training loss, so these steps
-may differ).
+may differ). Evaluations at step 1 (the trainer evaluates the initialisation) are not results:
+accuracies and few-shot values are taken from steps > 1 only.
 
 - the spec's `accuracy_metric` (the paper: `i1k/prec@1`, ImageNet-1k top-1 accuracy, of the 21k
   head restricted to the 1k classes for i21k runs; the reproduction: `test/prec@1`). The y axis
@@ -236,8 +237,13 @@ def collect_run(run: sweep_lib.Run, workdir: str | epath.Path,
   if (workdir / DIVERGED_FILE).exists():  # its last values are no result: none are kept
     return Row(run.run_id, dataset, dict(run.args), "diverged", step=step, total_steps=total)
   finished = _is_finished(step, total, records.get(step, {}), config)
+  # The evaluators' run at step 1 measures the initialisation: no result to show for a run.
+  results = {s: r for s, r in records.items() if s > 1}
+  metrics = {**last_values(records, ("core_hours", "training_loss")),
+             **last_values(results, spec_metrics(spec))}
   return Row(run.run_id, dataset, dict(run.args), "finished" if finished else "running",
-             step=step, total_steps=total, metrics=last_values(records, spec_metrics(spec)))
+             step=step, total_steps=total,
+             metrics={m: metrics[m] for m in spec_metrics(spec) if m in metrics})
 
 
 def collect(sweep_path: str, root: str, spec: sweep_lib.FigureSpec) -> list[Row]:

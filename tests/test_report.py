@@ -566,3 +566,15 @@ def test_alpha_tables_use_finished_runs_only(tmp_path):
       "| relu2, qk_norm=True | - | - |",
       "| relu2, qk_norm=False | - | 0.7000 (1) |",
   ]
+
+
+def test_the_step_1_evaluation_is_no_result(tmp_path):
+  """Evaluators also run at step 1 (the initialisation): a run stopped after it has no accuracy
+  to show yet, though its core hours and loss are kept."""
+  path = _repro_sweep(tmp_path, "fig2_mini", [_repro_args()])
+  run = sweep.Run(REPRO_CONFIG, _repro_args())
+  _write_run(tmp_path / "runs", path, run,
+             [{"step": 1, "test/prec@1": 0.1, "fewshot/10shot_avg": 0.4, "core_hours": 0.01,
+               "training_loss": 2.3}], _steps(10))
+  (row,) = report.collect(path, str(tmp_path / "runs"), REPRO_FIGURE)
+  assert (row.status, row.metrics) == ("running", {"core_hours": 0.01, "training_loss": 2.3})
