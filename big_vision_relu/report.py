@@ -444,7 +444,7 @@ def _alpha_markdown(rows: Sequence[Row], spec: sweep_lib.FigureSpec) -> list[str
   lines = ["", f"## {spec.accuracy_label} by alpha", "",
            "Finished runs only: mean ± sample std over seeds (how many); '-': none finished."]
   for dataset in _ordered(g.dataset for g in groups):
-    for panel in _ordered(g.args[spec.panel_key] for g in groups if g.dataset == dataset):
+    for panel in _panel_values([g for g in groups if g.dataset == dataset], spec.panel_key):
       panel_groups = [g for g in groups
                       if g.dataset == dataset and g.args[spec.panel_key] == panel]
       varying = [k for k in _arg_keys(panel_groups) if k not in ("alpha", spec.panel_key)
