@@ -18,6 +18,7 @@ PATCHES = (4, 2)  # L = 49 (like /32 models at 224 px) and L = 196 (like /16)
 SEEDS = (0, 1, 2)
 ALPHAS = recipes.ALPHAS
 SEEDED_ALPHAS = (0.0, 1.0)  # Figure 2's points repeated over all SEEDS
+FIRST_ALPHAS = (0.0, 0.5, 1.0, 1.5, 2.0)  # the alphas every L = 49 figure gets first
 _DEFAULTS = dict(size="S", patch=4, attention="relu", alpha=1.0, qk_norm=True, gated=False,
                  seed=0)
 
@@ -52,12 +53,15 @@ def ablation(flag: str) -> list[Run]:
 # runs. Cheap and most telling first, so that a study stopped early has whole figures at L = 49
 # before anything at L = 196: Figure 1 at seed 0, the seeds of its small models (the first
 # measure of seed noise), Figure 2's alpha curves of every activation at alpha 0, 1, 2, then at
-# 0.5 and 1.5, all seeds of Figure 1 and of alpha 0 and 1, then the rest.
+# 0.5 and 1.5, Figures 3 and 4 (qk-LN, gate off) at those five alphas, all seeds of Figure 1 and
+# of alpha 0 and 1, then the rest.
 PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("configs/repro/fig1.py", {"seed": 0}),
     ("configs/repro/fig1.py", {"size": ("Ti", "S")}),
-    ("configs/repro/fig2.py", {"patch": 4, "seed": 0, "alpha": (0.0, 1.0, 2.0)}),
-    ("configs/repro/fig2.py", {"patch": 4, "seed": 0, "alpha": (0.5, 1.5)}),
+    ("configs/repro/fig2.py", {"patch": 4, "seed": 0, "alpha": FIRST_ALPHAS[::2]}),
+    ("configs/repro/fig2.py", {"patch": 4, "seed": 0, "alpha": FIRST_ALPHAS[1::2]}),
+    ("configs/repro/fig3.py", {"patch": 4, "alpha": FIRST_ALPHAS}),
+    ("configs/repro/fig4.py", {"patch": 4, "alpha": FIRST_ALPHAS}),
     ("configs/repro/fig1.py", {}),
     ("configs/repro/fig2.py", {"patch": 4, "alpha": SEEDED_ALPHAS}),
     ("configs/repro/fig2.py", {"patch": 4}),
