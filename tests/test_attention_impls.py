@@ -65,15 +65,19 @@ def test_chunked_equals_dense_outputs_and_grads(activation):
     assert_close(got, want), (activation, alpha)
 
 
-def test_pallas_kernel_equals_dense_in_interpret_mode():
+@pytest.mark.parametrize("activation", ["relu2", "sigmoid"])
+def test_pallas_kernels_equal_dense_in_interpret_mode(activation):
   q, k, v, d_out = qkv()
+  kw = dict(activation=activation, seqlen_alpha=1.0)
+  pallas = lambda q, k, v: attn.pallas_pointwise_attention(  # noqa: E731
+      q, k, v, block_size=4, interpret=True, **kw)
+  dense = lambda q, k, v: attn.pointwise_attention(q, k, v, **kw)  # noqa: E731
+  # The forward pass and both backward kernels (dq; dk and dv) are Pallas calls.
+  jaxpr = str(jax.make_jaxpr(functools.partial(outputs_and_grads, pallas))(q, k, v, d_out))
+  assert jaxpr.count("pallas_call[") == 3
 
   @jit
   def both(q, k, v, d_out):
-    kw = dict(activation="relu2", seqlen_alpha=1.0)
-    pallas = lambda q, k, v: attn.pallas_pointwise_attention(  # noqa: E731
-        q, k, v, block_size=4, interpret=True, **kw)
-    dense = lambda q, k, v: attn.pointwise_attention(q, k, v, **kw)  # noqa: E731
     return outputs_and_grads(pallas, q, k, v, d_out), outputs_and_grads(dense, q, k, v, d_out)
 
   assert_close(*both(q, k, v, d_out))

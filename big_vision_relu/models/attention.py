@@ -25,7 +25,7 @@ Three implementations (`ATTENTION_IMPLS`):
                 added where the queries live, so no row max or row sum is ever exchanged.
 The blockwise paths are pointwise only (softmax's row statistics span every key), take no mask
 (a ViT has none), and zero-pad lengths to whole blocks (the scale keeps the real key_len).
-`pallas_pointwise_attention` is chunked with its forward pass as a Pallas kernel (experimental:
+`pallas_pointwise_attention` is chunked as Pallas kernels, forward and backward (experimental:
 checked in interpret mode on CPU only, so not an `attention_impl`).
 """
 from __future__ import annotations
@@ -493,36 +493,88 @@ def seq_parallel_pointwise_attention(query: Array, key: Array, value: Array, *,
 # ------------------------------------------------------------------- Pallas (experimental)
 
 
+def _pallas_block_sum(interpret: bool, body: Callable[..., tuple[Array, ...]],
+                      operands: list[tuple[Array, int, int]],
+                      outputs: list[tuple[jax.ShapeDtypeStruct, int]]) -> tuple[Array, ...]:
+  """One Pallas kernel over the grid (batch, outer block, inner block) whose outputs are sums of
+  `body` over the inner (reduction) axis: each output block stays resident while the innermost
+  grid axis walks the other side's blocks, the first step writing it, the others adding.
+
+  Args:
+    interpret: run with the Pallas interpreter.
+    body: blocks of `operands` (`[1, block, heads, d]` each) -> one part per output.
+    operands: (array `[B, len, heads, d]`, block length, grid axis 1 or 2 its blocks follow).
+    outputs: (shape and dtype `[B, len, heads, d]`, block length); outputs follow grid axis 1.
+  """
+  def block(length: int, width: int, heads: int, grid_axis: int) -> pl.BlockSpec:
+    return pl.BlockSpec((1, length, heads, width), lambda *ids: (ids[0], ids[grid_axis], 0, 0))
+
+  def kernel(*refs):
+    in_refs, out_refs = refs[:len(operands)], refs[len(operands):]
+    parts = body(*(ref[...] for ref in in_refs))
+    first = pl.program_id(2) == 0
+
+    @pl.when(first)
+    def _():
+      for ref, part in zip(out_refs, parts, strict=True):
+        ref[...] = part.astype(ref.dtype)
+
+    @pl.when(jnp.logical_not(first))
+    def _():
+      for ref, part in zip(out_refs, parts, strict=True):
+        ref[...] += part.astype(ref.dtype)
+
+  batch = operands[0][0].shape[0]
+  num_outer = outputs[0][0].shape[1] // outputs[0][1]
+  num_inner = next(x.shape[1] // length for x, length, axis in operands if axis == 2)
+  return pl.pallas_call(
+      kernel, grid=(batch, num_outer, num_inner),
+      in_specs=[block(length, x.shape[3], x.shape[2], axis) for x, length, axis in operands],
+      out_specs=[block(length, shape.shape[3], shape.shape[2], 1) for shape, length in outputs],
+      out_shape=[shape for shape, _ in outputs], interpret=interpret)(
+          *(x for x, _, _ in operands))
+
+
 def _pallas_forward(spec: _BlockSpec, interpret: bool, query: Array, key: Array,
                     value: Array) -> Array:
-  """`_blocked_forward` as one Pallas kernel: grid (batch, query block, key block), each step
-  adding `_BlockSpec.partial_output` of its blocks into the output block, which stays resident
-  while the innermost grid axis walks the key blocks (no running max, no denominator)."""
-  batch, q_len, heads, _ = query.shape
-  grid = (batch, q_len // spec.q_block, key.shape[1] // spec.k_block)
+  """`_blocked_forward` as one Pallas kernel: grid (batch, query block, key block), the output
+  block summing `_BlockSpec.partial_output` over key blocks (no running max, no denominator)."""
+  out = jax.ShapeDtypeStruct((*query.shape[:-1], value.shape[-1]),
+                             spec.output_dtype(query, key, value))
+  (result,) = _pallas_block_sum(
+      interpret, lambda q, k, v: (spec.partial_output(q, k, v),),
+      [(query, spec.q_block, 1), (key, spec.k_block, 2), (value, spec.k_block, 2)],
+      [(out, spec.q_block)])
+  return result
 
-  def kernel(q_ref, k_ref, v_ref, out_ref):
-    part = spec.partial_output(q_ref[...], k_ref[...], v_ref[...])
 
-    @pl.when(pl.program_id(2) == 0)
-    def _():
-      out_ref[...] = part
+def _pallas_backward(spec: _BlockSpec, interpret: bool, query: Array, key: Array, value: Array,
+                     d_out: Array) -> tuple[Array, Array, Array]:
+  """`_blocked_backward` as two Pallas kernels, each block pair recomputed: dq sums over key
+  blocks (grid batch, query block, key block), dk and dv over query blocks (grid batch, key
+  block, query block), so every output block has one writer. The block's VJP is that of
+  `_BlockSpec.partial_output`, as in chunked; gradients are at least float32."""
+  d_out = d_out.astype(spec.output_dtype(query, key, value))
+  grad = lambda x: jax.ShapeDtypeStruct(  # noqa: E731
+      x.shape, jnp.promote_types(x.dtype, jnp.float32))
 
-    @pl.when(pl.program_id(2) > 0)
-    def _():
-      out_ref[...] += part
+  def dq_part(q, k, v, dout):
+    _, vjp = jax.vjp(lambda q: spec.partial_output(q, k, v), q)
+    return vjp(dout)
 
-  def block(length: int, x: Array, by_key: bool) -> pl.BlockSpec:
-    return pl.BlockSpec((1, length, heads, x.shape[-1]),
-                        lambda b, i, j: (b, j if by_key else i, 0, 0))
+  def dkv_parts(q, k, v, dout):
+    _, vjp = jax.vjp(lambda k, v: spec.partial_output(q, k, v), k, v)
+    return vjp(dout)
 
-  out_shape = jax.ShapeDtypeStruct((batch, q_len, heads, value.shape[-1]),
-                                   spec.output_dtype(query, key, value))
-  return pl.pallas_call(
-      kernel, out_shape=out_shape, grid=grid,
-      in_specs=[block(spec.q_block, query, False), block(spec.k_block, key, True),
-                block(spec.k_block, value, True)],
-      out_specs=block(spec.q_block, value, False), interpret=interpret)(query, key, value)
+  (dq,) = _pallas_block_sum(
+      interpret, dq_part, [(query, spec.q_block, 1), (key, spec.k_block, 2),
+                           (value, spec.k_block, 2), (d_out, spec.q_block, 1)],
+      [(grad(query), spec.q_block)])
+  dk, dv = _pallas_block_sum(
+      interpret, dkv_parts, [(query, spec.q_block, 2), (key, spec.k_block, 1),
+                             (value, spec.k_block, 1), (d_out, spec.q_block, 2)],
+      [(grad(key), spec.k_block), (grad(value), spec.k_block)])
+  return dq, dk, dv
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
@@ -536,8 +588,8 @@ def _pallas_attention_fwd(spec, interpret, query, key, value):
 
 
 def _pallas_attention_bwd(spec, interpret, residuals, d_out):
-  del interpret  # the backward is chunked's recomputing one, in XLA
-  return _blocked_attention_bwd(spec, residuals, d_out)
+  grads = _pallas_backward(spec, interpret, *residuals, d_out)
+  return tuple(g.astype(x.dtype) for g, x in zip(grads, residuals, strict=True))
 
 
 _pallas_attention.defvjp(_pallas_attention_fwd, _pallas_attention_bwd)
@@ -548,10 +600,11 @@ def pallas_pointwise_attention(query: Array, key: Array, value: Array, *,
                                block_size: int = 128, interpret: bool = False,
                                dtype: Any = None, precision: Any = None,
                                float32_scores: bool = True) -> Array:
-  """Experimental: `chunked_pointwise_attention` with its forward pass as a Pallas kernel.
+  """Experimental: `chunked_pointwise_attention` as Pallas kernels, forward and backward.
 
-  The kernel computes each block with `_BlockSpec.partial_output`, i.e. the same
-  `_scores`/`pointwise_weights` as every other path; the backward pass is chunked's (XLA).
+  The kernels compute each block with `_BlockSpec.partial_output` (and its VJP), i.e. the same
+  `_scores`/`pointwise_weights` as every other path; the backward pass is a dq kernel and a
+  dk/dv kernel that recompute the blocks, so, as in chunked, only q, k and v are kept.
   Tested against the dense path in interpret mode on CPU (`interpret=True`) only; it is not an
   `attention_impl` because no accelerator lowering of it has been checked.
 
