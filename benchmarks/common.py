@@ -3,7 +3,8 @@
 Every benchmark compares against baselines measured in the same process, so the ratios it
 prints are not skewed by a different machine or a different load; absolute numbers on a shared
 CPU are noisy, which is why the timings are the MINIMUM over repeats (the run least disturbed by
-other processes), not the mean.
+other processes), not the mean, and why two runs are also compared round by round
+(`paired_ratios`): calls made back to back share the machine's load of the moment.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 MIB = 2.0 ** 20
 
@@ -22,13 +24,14 @@ def compile_fn(fn: Callable[..., Any], *args: Any, **jit_kw: Any) -> jax.stages.
   return jax.jit(fn, **jit_kw).lower(*args).compile()
 
 
-def min_times(runs: Mapping[str, tuple[Callable[..., Any], Sequence[Any]]], rounds: int = 3,
-              max_seconds: float = 120.0) -> dict[str, float]:
-  """{name: seconds of its fastest call} for `runs` {name: (compiled, args)}.
+def round_times(runs: Mapping[str, tuple[Callable[..., Any], Sequence[Any]]], rounds: int = 3,
+                max_seconds: float = 120.0) -> dict[str, list[float]]:
+  """{name: seconds of each of its timed calls} for `runs` {name: (compiled, args)}.
 
   Each run is called once to warm up, then the runs take turns, one call each per round, so a
-  change in the machine's load hits every run alike instead of whichever ran during it. Rounds
-  stop after `max_seconds` (at least one round always runs).
+  change in the machine's load hits every run alike instead of whichever ran during it, and
+  call i of two runs can be compared as a pair (`paired_ratios`). Rounds stop after
+  `max_seconds` (at least one round always runs).
   """
   for fn, args in runs.values():
     jax.block_until_ready(fn(*args))
@@ -41,7 +44,24 @@ def min_times(runs: Mapping[str, tuple[Callable[..., Any], Sequence[Any]]], roun
       times[name].append(time.perf_counter() - start)
     if time.perf_counter() - started > max_seconds:
       break
-  return {name: min(t) for name, t in times.items()}
+  return times
+
+
+def min_times(runs: Mapping[str, tuple[Callable[..., Any], Sequence[Any]]], rounds: int = 3,
+              max_seconds: float = 120.0) -> dict[str, float]:
+  """{name: seconds of its fastest call}: the call least disturbed by other processes."""
+  return {name: min(t) for name, t in round_times(runs, rounds, max_seconds).items()}
+
+
+def paired_ratios(baseline: Sequence[float], other: Sequence[float]) -> dict[str, float]:
+  """Speed of `other` relative to `baseline` (baseline time / other time, > 1 = faster), per
+  round of `round_times`: the two calls of a round ran back to back, under the same load.
+  Returns the median and quartiles over rounds and the fraction of rounds `other` was faster.
+  """
+  ratios = np.asarray(baseline) / np.asarray(other)
+  q1, median, q3 = np.quantile(ratios, [0.25, 0.5, 0.75])
+  return {"median": float(median), "q1": float(q1), "q3": float(q3),
+          "faster": float(np.mean(ratios > 1.0))}
 
 
 def memory_mib(compiled: jax.stages.Compiled) -> dict[str, float]:

@@ -1,0 +1,65 @@
+"""The benchmark scripts run (tiny shapes, one or two rounds) and print the tables the docs
+quote; their paired-ratio statistics match numpy. Their numbers are not asserted: speed is
+measured by running them (docs/benchmarks.md), not in tests."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import common  # noqa: E402  (benchmarks/common.py, imported as the scripts import it)
+
+
+def test_paired_ratios_compare_calls_of_the_same_round():
+  baseline, other = [2.0, 2.0, 4.0, 2.0, 3.0], [1.0, 2.0, 8.0, 1.0, 2.0]
+  ratios = np.array(baseline) / np.array(other)  # 2, 1, 0.5, 2, 1.5
+  stats = common.paired_ratios(baseline, other)
+  assert stats["median"] == 1.5
+  assert (stats["q1"], stats["q3"]) == tuple(np.quantile(ratios, [0.25, 0.75]))
+  assert stats["faster"] == 0.6  # 3 of 5 rounds strictly faster
+
+
+def _run(script, *args):
+  # LLVM's optimisation is most of these tiny programs' compile time and none of what is tested.
+  env = {**os.environ, "JAX_PLATFORMS": "cpu",
+         "XLA_FLAGS": "--xla_backend_optimization_level=0"}
+  result = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result.stdout
+
+
+def _rows(stdout, first_cell):
+  return [line for line in stdout.splitlines() if line.startswith(f"| {first_cell}")]
+
+
+@pytest.mark.slow
+def test_attention_op_benchmark_times_and_sizes_every_implementation():
+  out = _run("attention_op.py", "--lengths", "24", "--heads", "2", "--block_size", "8",
+             "--rounds", "1")
+  rows = _rows(out, "24 ")
+  assert len(rows) == 4 and all(row.rstrip(" |").endswith("ran") for row in rows)
+  assert "peak memory at L=24" in out and "worst" in out
+
+
+@pytest.mark.slow
+def test_train_step_benchmark_reports_throughput_mfu_and_gate_cost():
+  out = _run("train_step.py", "--config", "configs/repro/mnist_vit.py", "--image_size", "28",
+             "--channels", "1", "--models", "size=Ti,patch=4", "--gated", "--batch", "4",
+             "--rounds", "2", "--matmul_sizes", "256,512")
+  rows = {row.split("|")[2].strip(): row for row in _rows(out, "size=Ti,patch=4")}
+  assert set(rows) == {"softmax", "relu", "relu gated"}
+  assert "2 rounds." in out and "throughput" in out.split("Targets")[1]
+
+
+@pytest.mark.slow
+def test_collectives_benchmark_finds_the_ring_permutes_only():
+  out = _run("collectives.py", "--devices", "4", "--length", "64", "--heads", "2",
+             "--block_size", "16")
+  (ring,) = _rows(out, "relu/L seq_parallel")
+  (baseline,) = _rows(out, "softmax all-gather")
+  assert "collective-permute" in ring and "all-gather" not in ring
+  assert "all-gather" in baseline
