@@ -4,7 +4,7 @@
 #
 #   bash launch/repro.sh                      # start / resume in the background
 #   bash launch/repro.sh status               # per-phase progress
-#   bash launch/repro.sh stop                 # trainers checkpoint and exit
+#   bash launch/repro.sh stop                 # trainers checkpoint and exit; waits for it
 #   bash launch/repro.sh report               # tables and figures -> docs/reproduction/
 #
 # ROOT (default workdirs/repro) holds the runs; ROOT/study.log is the study's log.
@@ -36,6 +36,13 @@ case "${1:-start}" in
     if [ -f "$ROOT/study.lock" ] && ! flock -n "$ROOT/study.lock" true \
         && pid="$(cat "$ROOT/study.lock")" && kill -TERM "$pid" 2>/dev/null; then
       echo "asked study $pid to stop; trainers checkpoint and exit"
+      # Return once it has (the lock is released last), so a 'start' right after resumes.
+      if flock -w 300 "$ROOT/study.lock" true; then
+        echo "study stopped"
+      else
+        echo "study $pid still running after 300 s; see $ROOT/study.log" >&2
+        exit 1
+      fi
     else
       echo "no study running"
     fi

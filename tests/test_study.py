@@ -134,12 +134,24 @@ def test_launch_script_stops_and_refuses_only_a_study_holding_its_lock(tmp_path)
   def launch(command):
     return subprocess.run(["bash", script, command], env=env, capture_output=True, text=True,
                           check=True, timeout=60).stdout
+  lock_path = tmp_path / "study.lock"
   bystander = subprocess.Popen(["sleep", "60"])
-  (tmp_path / "study.lock").write_text(str(bystander.pid))
+  lock_path.write_text(str(bystander.pid))
   assert "no study running" in launch("stop")  # stale: nobody holds the lock
   assert bystander.poll() is None
-  with open(tmp_path / "study.lock", "a+") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running study does
-    assert f"already running as pid {bystander.pid}" in launch("start")
-    assert f"asked study {bystander.pid} to stop" in launch("stop")
-  assert bystander.wait(timeout=10) == -15  # SIGTERM
+  bystander.kill()
+  bystander.wait()
+  # A stand-in study: flock(1) holds the lock (its child does not) until it is killed.
+  holder = subprocess.Popen(["flock", "-o", str(lock_path), "sleep", "60"],
+                            start_new_session=True)
+  try:
+    while subprocess.run(["flock", "-n", str(lock_path), "true"], check=False).returncode == 0:
+      assert holder.poll() is None
+    lock_path.write_text(str(holder.pid))
+    assert f"already running as pid {holder.pid}" in launch("start")
+    stopped = launch("stop")  # returns once the lock is released
+    assert f"asked study {holder.pid} to stop" in stopped and "study stopped" in stopped
+    assert holder.wait(timeout=10) == -15  # SIGTERM
+    assert subprocess.run(["flock", "-n", str(lock_path), "true"], check=False).returncode == 0
+  finally:
+    subprocess.run(["pkill", "-KILL", "-s", str(holder.pid)], check=False)  # flock's session
