@@ -28,8 +28,9 @@ def round_times(runs: Mapping[str, tuple[Callable[..., Any], Sequence[Any]]], ro
                 max_seconds: float = 120.0) -> dict[str, list[float]]:
   """{name: seconds of each of its timed calls} for `runs` {name: (compiled, args)}.
 
-  Each run is called once to warm up, then the runs take turns, one call each per round, so a
-  change in the machine's load hits every run alike instead of whichever ran during it, and
+  Each run is called once to warm up, then the runs take turns, one call each per round (in
+  reverse order every other round), so a change in the machine's load hits every run alike
+  instead of whichever ran during it, and
   call i of two runs can be compared as a pair (`paired_ratios`). Rounds stop after
   `max_seconds` (at least one round always runs).
   """
@@ -37,8 +38,11 @@ def round_times(runs: Mapping[str, tuple[Callable[..., Any], Sequence[Any]]], ro
     jax.block_until_ready(fn(*args))
   times: dict[str, list[float]] = {name: [] for name in runs}
   started = time.perf_counter()
-  for _ in range(rounds):
-    for name, (fn, args) in runs.items():
+  for i in range(rounds):
+    # Every other round runs in reverse order, so that no run always follows the same one
+    # (a call can be slowed by its predecessor's memory traffic or frequency state).
+    for name in list(runs) if i % 2 == 0 else list(runs)[::-1]:
+      fn, args = runs[name]
       start = time.perf_counter()
       jax.block_until_ready(fn(*args))
       times[name].append(time.perf_counter() - start)

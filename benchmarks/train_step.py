@@ -16,7 +16,9 @@ matmuls of 1024, 2048 and 4096, timed in turn with the steps): of the fastest st
 fastest peak, and the median over rounds of each round's step over that round's peak.
 Throughput vs softmax likewise: of the fastest steps, and per round (the two steps of a round
 ran back to back, under the same load), as the median, quartiles and the share of rounds in
-which the step beat softmax's. The targets are judged on the per-round medians.
+which the step beat softmax's. `--control` adds softmax compiled and timed a second time: its
+ratio to softmax is the noise floor of the others (an A/A comparison). The targets are judged
+on the per-round medians.
 Model FLOPs are the analytic matmul count of `big_vision_relu.cost` (x3 for forward +
 backward), the usual MFU convention; XLA's own count of the compiled step is printed next to it.
 """
@@ -41,6 +43,7 @@ from big_vision_relu import train as train_lib
 import common
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONTROL = "softmax control"  # --control: softmax compiled and timed again
 
 
 def recipe_config(config_path: str, model_args: str, attention: str, gated: bool,
@@ -130,6 +133,9 @@ def main() -> None:
                       help="timed calls per step (interleaved with the matmuls); fastest counts")
   parser.add_argument("--matmul_sizes", default=",".join(map(str, common.MATMUL_SIZES)),
                       help="square float32 matmuls timed for the peak (the MFU denominator)")
+  parser.add_argument("--control", action="store_true",
+                      help="also time a second, separately compiled softmax step: the noise "
+                           "floor of the ratios vs softmax (an A/A comparison)")
   parser.add_argument("--profile", action="store_true",
                       help="also print where each step's time goes, by kind of XLA op")
   args = parser.parse_args()
@@ -138,18 +144,21 @@ def main() -> None:
 
   runs, flops = common.matmul_runs([int(n) for n in args.matmul_sizes.split(",")]), {}
   for model_args in args.models.split(";"):
-    for attention in args.attentions.split(","):
-      for gated in (False, True) if args.gated and attention != "softmax" else (False,):
-        config = recipe_config(args.config, model_args, attention, gated, args.attention_impl)
-        compiled, step_args = make_step(config, args.batch, args.image_size, args.channels)
-        key = (model_args, attention + (" gated" if gated else ""))
-        runs[key] = compiled, step_args
-        flops[key] = (
-            3 * args.batch * cost.forward_flops_per_image(
-                dict(config.model), image_size=args.image_size, channels=args.channels,
-                num_classes=config.num_classes),
-            compiled.cost_analysis().get("flops", float("nan")))
-        print(f"compiled {' '.join(key)}", flush=True)
+    variants = [(attention, gated) for attention in args.attentions.split(",")
+                for gated in ((False, True) if args.gated and attention != "softmax"
+                              else (False,))]
+    for attention, gated in variants + ([(CONTROL, False)] if args.control else []):
+      config = recipe_config(args.config, model_args, attention.split()[0], gated,
+                             args.attention_impl)
+      compiled, step_args = make_step(config, args.batch, args.image_size, args.channels)
+      key = (model_args, attention + (" gated" if gated else ""))
+      runs[key] = compiled, step_args
+      flops[key] = (
+          3 * args.batch * cost.forward_flops_per_image(
+              dict(config.model), image_size=args.image_size, channels=args.channels,
+              num_classes=config.num_classes),
+          compiled.cost_analysis().get("flops", float("nan")))
+      print(f"compiled {' '.join(key)}", flush=True)
   times = common.round_times(runs, rounds=args.rounds, max_seconds=args.rounds * 60.0)
   seconds = {name: min(t) for name, t in times.items()}
   rates = common.matmul_rates(seconds)
@@ -191,12 +200,14 @@ def main() -> None:
                       "MFU", "MFU per round (median)"), rows)
   print("\nTargets (the per-round medians):")
   for (model, attention), (model_flops, _) in flops.items():
-    if attention.endswith(" gated"):
+    if attention.endswith(" gated") or attention == CONTROL:
       continue
-    paired = vs_softmax((model, attention))
+    paired, control = vs_softmax((model, attention)), vs_softmax((model, CONTROL))
     if paired is not None:
+      floor = ("" if control is None else f"; the control (softmax again) gives "
+               f"{control['median']:.2f}x [{control['q1']:.2f}, {control['q3']:.2f}]")
       print(f"  {model} {attention} throughput {paired['median']:.2f}x softmax (target >= 1): "
-            f"{'met' if paired['median'] >= 1 else 'NOT met'}")
+            f"{'met' if paired['median'] >= 1 else 'NOT met'}{floor}")
     if model.endswith("S/16"):
       mfu = round_mfu((model, attention), model_flops)
       print(f"  {model} {attention} MFU {100 * mfu:.1f}% (target >= 60%): "

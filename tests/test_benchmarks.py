@@ -49,10 +49,11 @@ def test_attention_op_benchmark_times_and_sizes_every_implementation():
 def test_train_step_benchmark_reports_throughput_mfu_and_gate_cost():
   out = _run("train_step.py", "--config", "configs/repro/mnist_vit.py", "--image_size", "28",
              "--channels", "1", "--models", "size=Ti,patch=4", "--gated", "--batch", "4",
-             "--rounds", "2", "--matmul_sizes", "256,512")
+             "--rounds", "2", "--matmul_sizes", "256,512", "--control")
   rows = {row.split("|")[2].strip(): row for row in _rows(out, "size=Ti,patch=4")}
-  assert set(rows) == {"softmax", "relu", "relu gated"}
-  assert "2 rounds." in out and "throughput" in out.split("Targets")[1]
+  assert set(rows) == {"softmax", "relu", "relu gated", "softmax control"}
+  targets = out.split("Targets")[1]
+  assert "2 rounds." in out and "relu throughput" in targets and "control" in targets
 
 
 @pytest.mark.slow
