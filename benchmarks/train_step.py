@@ -173,8 +173,9 @@ def main() -> None:
 
   def vs_softmax(key):
     model, attention = key
-    return (common.paired_ratios(times[model, "softmax"], times[key])
-            if attention != "softmax" and (model, "softmax") in times else None)
+    if attention == "softmax" or key not in times or (model, "softmax") not in times:
+      return None
+    return common.paired_ratios(times[model, "softmax"], times[key])
 
   rows = []
   for key, (model_flops, xla_flops) in flops.items():
