@@ -81,7 +81,6 @@ lists them instead), and each panel's title ends with "(N missing)".
 """
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import csv
 import dataclasses
@@ -94,7 +93,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from absl import logging
+from absl import app, flags, logging
 from etils import epath
 from matplotlib import ticker, transforms
 from matplotlib.axes import Axes
@@ -562,7 +561,8 @@ def _mark_missing_x(ax: Axes, xs: Sequence[float], color: str) -> None:
 
 
 def _percent_axis(ax: Axes) -> None:
-  ax.yaxis.set_major_formatter(ticker.PercentFormatter(xmax=1.0, decimals=0))
+  # decimals=None: as many as the axis range needs (a narrow range gets 89.5%, 90.0%, ...).
+  ax.yaxis.set_major_formatter(ticker.PercentFormatter(xmax=1.0, decimals=None))
   ax.grid(True, alpha=0.3)
 
 
@@ -768,23 +768,28 @@ def write_report(sweep_path: str, root: str, out: str) -> dict[str, str]:
   return {k: str(v) for k, v in paths.items()}
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-  """`python -m big_vision_relu.report --sweep FILE [--sweep FILE ...] --root DIR --out DIR`."""
-  parser = argparse.ArgumentParser(
-      prog="python -m big_vision_relu.report",
-      description="Tables (CSV, Markdown) and the figure of sweeps, from their runs' "
-                  "metrics.jsonl under ROOT/<sweep>/<run id>.")
-  parser.add_argument("--sweep", action="append", required=True,
-                      help="a sweep file (configs/paper/fig2.py); may be repeated")
-  parser.add_argument("--root", required=True, help="the workdir root (local or gs://)")
-  parser.add_argument("--out", default="docs/results", help="output directory (local or gs://)")
-  args = parser.parse_args(argv)
-  for sweep_path in args.sweep:
-    paths = write_report(sweep_path, args.root, args.out)
+def report_sweeps(sweep_paths: Sequence[str], root: str, out_dir: str) -> None:
+  """`write_report` for each sweep; prints the paths of its table and figure."""
+  for sweep_path in sweep_paths:
+    paths = write_report(sweep_path, root, out_dir)
     print(paths["md"])
     print(paths.get("png", f"(no figure for {sweep_lib.sweep_name(sweep_path)}: not fig1..fig4)"))
     sys.stdout.flush()
 
 
+def main(argv: Sequence[str]) -> None:
+  """`python -m big_vision_relu.report --sweep FILE [--sweep FILE ...] --root DIR --out DIR`:
+  tables (CSV, Markdown) and the figure of sweeps, from their runs' metrics.jsonl under
+  ROOT/<sweep>/<run id>."""
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments {argv[1:]}; pass --sweep, --root and --out.")
+  report_sweeps(FLAGS.sweep, FLAGS.root, FLAGS.out)
+
+
 if __name__ == "__main__":
-  main()
+  FLAGS = flags.FLAGS
+  flags.DEFINE_multi_string("sweep", None, "A sweep file (configs/paper/fig2.py); repeatable.",
+                            required=True)
+  flags.DEFINE_string("root", None, "The workdir root (local or gs://).", required=True)
+  flags.DEFINE_string("out", "docs/results", "Output directory (local or gs://).")
+  app.run(main)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import pathlib
 import statistics
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -269,11 +271,15 @@ def test_fig3_and_fig4_layout(tmp_path):
   assert report.figure_kind("fig2_small") == "fig2" and report.figure_kind("fig12") is None
 
 
-def test_cli_writes_tables_and_figures(fig1_root, fig2_root, tmp_path, capsys):
+def test_cli_writes_tables_and_figures(fig1_root, fig2_root, tmp_path):
   # Both fixtures share tmp_path / "runs" (fig1/ and fig2/ below it).
   out = tmp_path / "results"
-  report.main(["--sweep", FIG1, "--sweep", FIG2, "--root", str(fig1_root), "--out", str(out)])
-  printed = capsys.readouterr().out.split()
+  result = subprocess.run(
+      [sys.executable, "-m", "big_vision_relu.report", "--sweep", FIG1, "--sweep", FIG2,
+       "--root", str(fig1_root), "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+      timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  printed = result.stdout.split()
   assert printed == [str(out / f) for f in ("fig1.md", "fig1.png", "fig2.md", "fig2.png")]
   for name in ("fig1", "fig2"):
     assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -507,7 +513,7 @@ def test_repro_fig4_gate_cost(tmp_path, capsys):
   assert [q for _, q in ratios] == pytest.approx([1.1, 1.15, 1.25], rel=1e-12)
 
   out = tmp_path / "results"
-  report.main(["--sweep", path, "--root", str(root), "--out", str(out)])
+  report.report_sweeps([path], str(root), str(out))
   assert capsys.readouterr().out.split() == [str(out / "fig4_mini.md"),
                                              str(out / "fig4_mini.png")]
   md = (out / "fig4_mini.md").read_text().splitlines()
@@ -578,3 +584,14 @@ def test_the_step_1_evaluation_is_no_result(tmp_path):
                "training_loss": 2.3}], _steps(10))
   (row,) = report.collect(path, str(tmp_path / "runs"), REPRO_FIGURE)
   assert (row.status, row.metrics) == ("running", {"core_hours": 0.01, "training_loss": 2.3})
+
+
+def test_percent_axis_labels_stay_distinct_on_a_narrow_range():
+  import matplotlib.pyplot as plt
+  figure, ax = plt.subplots()
+  ax.plot([0, 1], [0.885, 0.897])  # accuracies 1.2 points apart
+  report._percent_axis(ax)
+  figure.canvas.draw()
+  labels = [label.get_text() for label in ax.get_yticklabels()]
+  plt.close(figure)
+  assert len(labels) > 2 and len(set(labels)) == len(labels), labels
