@@ -494,8 +494,8 @@ def _gate_cost_markdown(rows: Sequence[Row], panel_key: str) -> list[str]:
 
 _COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
            "tab:pink", "tab:olive", "tab:cyan", "tab:gray")
-_NOTE = "filled marker: finished   hollow marker: running (last logged value)   "
-_NOTE_SEEDS = "points: mean over seeds (filled once all finished), bars: ± 1 std   "
+_NOTE = "filled marker: finished, hollow marker: running (last logged value); "
+_NOTE_SEEDS = "points: mean over seeds (filled once all finished), bars: ± 1 std"
 _NOTE_X = "x on the x axis: no value (run missing or not evaluated yet)"
 _NOTE_LIST = "runs without a value are listed in the panel"
 _ALPHA_LABEL = r"$\alpha$  (weights $L^{-\alpha}\,h(q\cdot k/\sqrt{d})$)"
@@ -569,10 +569,11 @@ def _percent_axis(ax: Axes) -> None:
 def _finish_figure(figure: Figure, title: str, handles_from: Axes, ncol: int, *, seeds: bool,
                    note: str = _NOTE_X) -> None:
   """Suptitle, and a legend below the panels headed by the marker conventions (and the seeds'
-  when the runs have a seed)."""
+  when the runs have a seed), one line each so that they fit the figure's width."""
   handles, labels = handles_from.get_legend_handles_labels()
+  conventions = [_NOTE + note] + ([_NOTE_SEEDS] if seeds else [])
   legend = figure.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False,
-                         title=_NOTE + (_NOTE_SEEDS if seeds else "") + note, title_fontsize=7)
+                         title="\n".join(conventions), title_fontsize=7)
   legend.get_title().set_color("0.35")
   figure.suptitle(title)
 

@@ -54,8 +54,9 @@ def ablation(flag: str) -> list[Run]:
 # before anything at L = 196: Figure 1 at seed 0, the seeds of its small models (the first
 # measure of seed noise), Figure 2's alpha curves of every activation at alpha 0, 1, 2, then at
 # 0.5 and 1.5, Figures 3 and 4 (qk-LN, gate off) at those five alphas, all seeds of Figure 1 and
-# of alpha 0 and 1, then the rest; then the same at L = 196 (~6x the cost per run), the five
-# first alphas of Figures 2 to 4 before the other alphas and seeds.
+# of alpha 0 and 1, then the rest; then the same at L = 196 (~6x the cost per run): relu's
+# seeds at alpha 0 and 1 and softmax's first (the paper's central claim at the longer sequence),
+# then the five first alphas of Figures 2 to 4 before the other alphas and seeds.
 PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("configs/repro/fig1.py", {"seed": 0}),
     ("configs/repro/fig1.py", {"size": ("Ti", "S")}),
@@ -68,6 +69,8 @@ PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("configs/repro/fig2.py", {"patch": 4}),
     ("configs/repro/fig3.py", {"patch": 4}),
     ("configs/repro/fig4.py", {"patch": 4}),
+    ("configs/repro/fig2.py", {"patch": 2, "attention": ("softmax", "relu"),
+                               "alpha": SEEDED_ALPHAS}),
     ("configs/repro/fig2.py", {"patch": 2, "seed": 0, "alpha": FIRST_ALPHAS}),
     ("configs/repro/fig3.py", {"patch": 2, "alpha": FIRST_ALPHAS}),
     ("configs/repro/fig4.py", {"patch": 2, "alpha": FIRST_ALPHAS}),

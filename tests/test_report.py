@@ -491,6 +491,8 @@ def test_repro_fig2_panels_by_patch(tmp_path):
   assert band.get_y() == pytest.approx(0.85 - std_softmax, rel=1e-12)
   assert band.get_height() == pytest.approx(2 * std_softmax, rel=1e-12)
   assert not _collections(figure.axes[1], "std")
+  figure.canvas.draw()  # the conventions above the legend fit the figure's width
+  assert figure.legends[0].get_title().get_window_extent().width < figure.bbox.width
 
 
 # Figure 4, seed 0: (patch, alpha, gated) -> core hours of a finished run, or None: running.
