@@ -86,14 +86,18 @@ def memory_mib(compiled: jax.stages.Compiled) -> dict[str, float]:
 MATMUL_SIZES = (1024, 2048, 4096)
 
 
-def matmul_runs(sizes: Sequence[int] = MATMUL_SIZES) -> dict[str, tuple[Any, tuple]]:
-  """{name: (compiled, args)} of square float32 `[n, n] x [n, n]` matmuls, timed next to the
-  benchmark's own runs (see `matmul_rates`)."""
+def matmul_runs(sizes: Sequence[int] = MATMUL_SIZES, suffix: str = "",
+                compiler_options: Mapping[str, Any] | None = None
+                ) -> dict[str, tuple[Any, tuple]]:
+  """{name: (compiled, args)} of square float32 `[n, n] x [n, n]` matmuls ('matmul {n}{suffix}',
+  compiled with XLA's `compiler_options`), timed next to the benchmark's own runs (see
+  `matmul_rates`)."""
   runs = {}
   for n in sizes:
     a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
     b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
-    runs[f"matmul {n}"] = compile_fn(lambda a, b: a @ b, a, b), (a, b)
+    runs[f"matmul {n}{suffix}"] = (
+        compile_fn(lambda a, b: a @ b, a, b, compiler_options=compiler_options), (a, b))
   return runs
 
 

@@ -10,7 +10,9 @@ with clipping and decoupled weight decay), on random images, for `--config` (def
 paper's ImageNet-21k recipe `configs/vit_i21k.py`: 224 px, GAP head of 21,843 classes,
 qk-layernorm) with each of `--models` (config arguments, ';'-separated) and `--attentions`.
 `--gated` adds each pointwise attention with the paper's gate, and its cost (step time with the
-gate / without).
+gate / without). `--xla_options` compiles every step and matmul a second time with those XLA
+options ('+xla' rows, timed in the same rounds), e.g. `xla_cpu_experimental_ynn_fusion_type=`
+(XLA:CPU's YNNPACK fusions off; the trainer's `config.xla_compiler_options`).
 MFU = model FLOPs per second / this machine's float32 matmul peak (the fastest of square
 matmuls of 1024, 2048 and 4096, timed in turn with the steps): of the fastest step over the
 fastest peak, and the median over rounds of each round's step over that round's peak.
@@ -44,6 +46,7 @@ import common
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONTROL = "softmax control"  # --control: softmax compiled and timed again
+XLA = " +xla"  # --xla_options: the name suffix of the steps and matmuls compiled with them
 
 
 def recipe_config(config_path: str, model_args: str, attention: str, gated: bool,
@@ -60,8 +63,9 @@ def recipe_config(config_path: str, model_args: str, attention: str, gated: bool
   return config
 
 
-def make_step(config, batch_size: int, image_size: int, channels: int):
-  """(compiled trainer update step, its (state, batch) arguments)."""
+def make_step(config, batch_size: int, image_size: int, channels: int,
+              compiler_options: dict[str, str] | None = None):
+  """(compiled trainer update step, its (state, batch) arguments); `compiler_options`: XLA's."""
   model = train_lib.make_model(config)
   images = jax.random.normal(jax.random.PRNGKey(0),
                              (batch_size, image_size, image_size, channels))
@@ -72,7 +76,8 @@ def make_step(config, batch_size: int, image_size: int, channels: int):
   state = dict(params=params, opt_state=jax.jit(tx.init)(params), step=jnp.zeros((), jnp.int32),
                rng=jax.random.PRNGKey(2), nonfinite_step=jnp.full((), -1, jnp.int32))
   batch = dict(image=images, labels=labels)
-  compiled = common.compile_fn(train_lib.make_update_fn(model, tx, config), state, batch)
+  compiled = common.compile_fn(train_lib.make_update_fn(model, tx, config), state, batch,
+                               compiler_options=compiler_options)
   return compiled, (state, batch)
 
 
@@ -136,13 +141,21 @@ def main() -> None:
   parser.add_argument("--control", action="store_true",
                       help="also time a second, separately compiled softmax step: the noise "
                            "floor of the ratios vs softmax (an A/A comparison)")
+  parser.add_argument("--xla_options", default="",
+                      help="','-separated KEY=VALUE XLA options: every step and matmul is also "
+                           "compiled with them ('+xla' rows)")
   parser.add_argument("--profile", action="store_true",
                       help="also print where each step's time goes, by kind of XLA op")
   args = parser.parse_args()
   print(f"jax {jax.__version__}, {jax.device_count()} device(s), {args.config}, batch "
         f"{args.batch}, {args.image_size} px", flush=True)
 
-  runs, flops = common.matmul_runs([int(n) for n in args.matmul_sizes.split(",")]), {}
+  xla_options = dict(item.split("=", 1) for item in args.xla_options.split(",") if item)
+  builds = [("", None)] + ([(XLA, xla_options)] if xla_options else [])
+  sizes = [int(n) for n in args.matmul_sizes.split(",")]
+  runs, flops = {}, {}
+  for suffix, options in builds:
+    runs.update(common.matmul_runs(sizes, suffix, options))
   for model_args in args.models.split(";"):
     variants = [(attention, gated) for attention in args.attentions.split(",")
                 for gated in ((False, True) if args.gated and attention != "softmax"
@@ -150,15 +163,17 @@ def main() -> None:
     for attention, gated in variants + ([(CONTROL, False)] if args.control else []):
       config = recipe_config(args.config, model_args, attention.split()[0], gated,
                              args.attention_impl)
-      compiled, step_args = make_step(config, args.batch, args.image_size, args.channels)
-      key = (model_args, attention + (" gated" if gated else ""))
-      runs[key] = compiled, step_args
-      flops[key] = (
-          3 * args.batch * cost.forward_flops_per_image(
-              dict(config.model), image_size=args.image_size, channels=args.channels,
-              num_classes=config.num_classes),
-          compiled.cost_analysis().get("flops", float("nan")))
-      print(f"compiled {' '.join(key)}", flush=True)
+      for suffix, options in builds:
+        compiled, step_args = make_step(config, args.batch, args.image_size, args.channels,
+                                        options)
+        key = (model_args, attention + (" gated" if gated else "") + suffix)
+        runs[key] = compiled, step_args
+        flops[key] = (
+            3 * args.batch * cost.forward_flops_per_image(
+                dict(config.model), image_size=args.image_size, channels=args.channels,
+                num_classes=config.num_classes),
+            compiled.cost_analysis().get("flops", float("nan")))
+        print(f"compiled {' '.join(key)}", flush=True)
   times = common.round_times(runs, rounds=args.rounds, max_seconds=args.rounds * 60.0)
   seconds = {name: min(t) for name, t in times.items()}
   rates = common.matmul_rates(seconds)
@@ -171,44 +186,56 @@ def main() -> None:
     return float(np.median([model_flops / t / p for t, p in zip(times[key], round_peaks,
                                                                  strict=True)]))
 
-  def vs_softmax(key):
-    model, attention = key
-    if attention == "softmax" or key not in times or (model, "softmax") not in times:
+  def paired(baseline, key):
+    if key not in times or baseline not in times:
       return None
-    return common.paired_ratios(times[model, "softmax"], times[key])
+    return common.paired_ratios(times[baseline], times[key])
+
+  def vs_softmax(key):
+    """Per round vs softmax compiled with the same XLA options."""
+    model, attention = key
+    suffix = XLA if attention.endswith(XLA) else ""
+    return None if attention == "softmax" + suffix else paired((model, "softmax" + suffix), key)
+
+  def cell(ratios):
+    return "-" if ratios is None else (f"{ratios['median']:.2f}x [{ratios['q1']:.2f}, "
+                                       f"{ratios['q3']:.2f}] {100 * ratios['faster']:.0f}%")
 
   rows = []
   for key, (model_flops, xla_flops) in flops.items():
     model, attention = key
+    suffix = XLA if attention.endswith(XLA) else ""
+    base = attention.removesuffix(XLA)
     step_s = seconds[key]
-    ungated = seconds.get((model, attention.removesuffix(" gated")))
-    paired = vs_softmax(key)
+    ungated = seconds.get((model, base.removesuffix(" gated") + suffix))
     rows.append((model, attention, f"{step_s:.3f}", f"{args.batch / step_s:.2f}",
-                 common.ratio(seconds.get((model, "softmax")), step_s),
-                 "-" if paired is None else
-                 f"{paired['median']:.2f}x [{paired['q1']:.2f}, {paired['q3']:.2f}] "
-                 f"{100 * paired['faster']:.0f}%",
-                 common.ratio(step_s, ungated) if attention.endswith(" gated") else "",
+                 common.ratio(seconds.get((model, "softmax" + suffix)), step_s),
+                 cell(vs_softmax(key)),
+                 *([cell(paired((model, base), key)) if suffix else "-"] if xla_options else []),
+                 common.ratio(step_s, ungated) if base.endswith(" gated") else "",
                  f"{model_flops / 1e9:.2f}", f"{xla_flops / 1e9:.2f}",
                  f"{model_flops / step_s / 1e9:.1f}", f"{100 * model_flops / step_s / peak:.1f}%",
                  f"{100 * round_mfu(key, model_flops):.1f}%"))
   print(f"\n{len(round_peaks)} rounds. float32 matmuls [n, n] x [n, n]: " + ", ".join(
-      f"{name.split()[1]}: {rate / 1e9:.1f} GFLOP/s" for name, rate in rates.items()) +
-      f"; peak (the fastest) {peak / 1e9:.1f} GFLOP/s\n")
+      f"{name.removeprefix('matmul ')}: {rate / 1e9:.1f} GFLOP/s" for name, rate in rates.items())
+      + f"; peak (the fastest) {peak / 1e9:.1f} GFLOP/s\n")
   common.print_table(("model", "attention", "s/step", "img/s", "throughput vs softmax",
                       "per round vs softmax: median [quartiles] rounds faster",
+                      *(["per round vs default XLA"] if xla_options else []),
                       "gate cost (time x)", "model GFLOP/step", "XLA GFLOP/step", "GFLOP/s",
                       "MFU", "MFU per round (median)"), rows)
   print("\nTargets (the per-round medians):")
   for (model, attention), (model_flops, _) in flops.items():
-    if attention.endswith(" gated") or attention == CONTROL:
+    base = attention.removesuffix(XLA)
+    if base.endswith(" gated") or base == CONTROL:
       continue
-    paired, control = vs_softmax((model, attention)), vs_softmax((model, CONTROL))
-    if paired is not None:
+    suffix = attention.removeprefix(base)
+    ratios, control = vs_softmax((model, attention)), vs_softmax((model, CONTROL + suffix))
+    if ratios is not None:
       floor = ("" if control is None else f"; the control (softmax again) gives "
                f"{control['median']:.2f}x [{control['q1']:.2f}, {control['q3']:.2f}]")
-      print(f"  {model} {attention} throughput {paired['median']:.2f}x softmax (target >= 1): "
-            f"{'met' if paired['median'] >= 1 else 'NOT met'}{floor}")
+      print(f"  {model} {attention} throughput {ratios['median']:.2f}x softmax (target >= 1): "
+            f"{'met' if ratios['median'] >= 1 else 'NOT met'}{floor}")
     if model.endswith("S/16"):
       mfu = round_mfu((model, attention), model_flops)
       print(f"  {model} {attention} MFU {100 * mfu:.1f}% (target >= 60%): "

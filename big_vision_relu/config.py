@@ -21,7 +21,7 @@ TRAIN_KEYS = {
     "mixup", "log_training_steps", "log_training_epochs", "log_training_examples",
     "log_training_percent", "ckpt_steps", "ckpt_epochs", "ckpt_examples", "ckpt_percent",
     "keep_ckpt_steps", "keep_last_ckpts", "mesh", "sharding_strategy", "sharding_rules",
-    "model_init", "model_load", "evals",
+    "model_init", "model_load", "evals", "xla_compiler_options",
 }
 # big_vision's shuffle_buffer_size and cache_raw have no meaning here: the pipeline shuffles
 # globally by record index (data/input_pipeline.py), so setting them is an error, not a no-op.
@@ -150,6 +150,11 @@ def validate_train_config(config: ml_collections.ConfigDict) -> None:
                        "use None too).")
   if config.get("model_load") is not None:
     check_keys("config.model_load", config.model_load, ("dont_load",))
+  options = config.get("xla_compiler_options") or {}
+  bad = {k: v for k, v in dict(options).items() if not isinstance(v, (str, bool, int, float))}
+  if bad:
+    raise ValueError(f"config.xla_compiler_options maps XLA option names to str, bool, int or "
+                     f"float values; got {bad}.")
   if config.get("model_name", "vit") != "vit":
     raise ValueError(f"Unknown model_name {config.model_name!r}; valid: vit.")
 

@@ -166,6 +166,7 @@ class Setup:
   init_state: Callable[[jax.Array], dict[str, Any]]  # rng -> state
   state_shardings: Any
   target: Any  # abstract state with shardings: what checkpoints restore into
+  update: Callable[..., tuple[dict, dict]]  # the jitted make_update_fn; donates the state
 
 
 def setup(config: ml_collections.ConfigDict,
@@ -220,9 +221,28 @@ def setup(config: ml_collections.ConfigDict,
   state_shardings = sharding.tree_shardings(abstract_state, strategy, mesh)
   target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                         abstract_state, state_shardings)
+  compiler_options = _checked_compiler_options(config)
+  update = jax.jit(make_update_fn(model, tx, config), in_shardings=(state_shardings, None),
+                   out_shardings=(state_shardings, None), donate_argnums=(0,),
+                   compiler_options=compiler_options)
   return Setup(model=model, mesh=mesh, steps=steps, steps_per_epoch=steps_per_epoch, tx=tx,
                schedules=schedules, init_state=init_state, state_shardings=state_shardings,
-               target=target)
+               target=target, update=update)
+
+
+def _checked_compiler_options(config: ml_collections.ConfigDict) -> dict[str, Any] | None:
+  """config.xla_compiler_options (XLA debug options for the training step's compilation, e.g.
+  {'xla_cpu_experimental_ynn_fusion_type': ''}: docs/benchmarks.md), tried on a tiny function
+  now so that a misspelt name or a bad value fails before the run starts, not at step 1."""
+  options = dict(config.get("xla_compiler_options") or {})
+  if not options:
+    return None
+  try:
+    jax.jit(lambda x: x + 1, compiler_options=options).lower(jnp.zeros(())).compile()
+  except jax.errors.JaxRuntimeError as error:
+    raise ValueError(f"XLA ({jax.default_backend()}) rejects config.xla_compiler_options="
+                     f"{options}: {error}") from error
+  return options
 
 
 def make_evaluators(config: ml_collections.ConfigDict, run: Setup) -> list:
@@ -272,9 +292,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, run: Setup) -> dict[
                         dont_load=config.get("model_load", {}).get("dont_load", ()))
       state["params"] = jax.device_put(params, state_shardings["params"])
 
-  update = jax.jit(make_update_fn(run.model, run.tx, config),
-                   in_shardings=(state_shardings, None), out_shardings=(state_shardings, None),
-                   donate_argnums=(0,))
+  update = run.update
   batches = input_pipeline.training_batches(
       config.input.data, config.input.pp, batch_size, seed=config.seed, start_step=start_step,
       process_index=jax.process_index(), process_count=jax.process_count(),

@@ -156,6 +156,10 @@ def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(offline_data_di
     (dict(loss="hinge"), "Unknown loss 'hinge'"),
     (dict(input=dict(data=dict(name="cifar100", split="train"), batch_size=16, pp="decode")),
      "Dataset 'cifar100' is not prepared"),
+    (dict(xla_compiler_options=dict(xla_cpu_experimental_ynn_fusion_type=["reduce"])),
+     "xla_compiler_options maps XLA option names to str, bool"),
+    (dict(xla_compiler_options=dict(xla_cpu_no_such_option=True)),
+     r"XLA \(cpu\) rejects config.xla_compiler_options=.*No such compile option"),
 ])
 def test_bad_configs_fail_fast_with_a_clear_message(offline_data_dir, tmp_path, change, match):
   config = tiny_config(offline_data_dir)
@@ -169,6 +173,22 @@ def test_bad_configs_fail_fast_with_a_clear_message(offline_data_dir, tmp_path, 
     train_lib.train(config, str(tmp_path / "w"))
   assert time.monotonic() - start < 20
   assert not (tmp_path / "w" / "checkpoints").exists()
+
+
+def test_xla_compiler_options_reach_the_training_step(offline_data_dir):
+  """config.xla_compiler_options compiles the trainer's step: with YNNPACK's fusions off
+  (docs/benchmarks.md) none is left in its executable; by default XLA:CPU uses some."""
+  batch = dict(image=jax.ShapeDtypeStruct((16, 28, 28, 1), jnp.float32),
+               labels=jax.ShapeDtypeStruct((16, 10), jnp.float32))
+
+  def compiled_step(**overrides):
+    run = train_lib.setup(tiny_config(offline_data_dir, **overrides))
+    with jax.set_mesh(run.mesh):
+      return run.update.lower(run.target, batch).compile().as_text()
+
+  assert "__ynn_fusion" in compiled_step()
+  assert "__ynn_fusion" not in compiled_step(
+      xla_compiler_options=dict(xla_cpu_experimental_ynn_fusion_type=""))
 
 
 # ------------------------------------------------------------------ real processes
