@@ -36,9 +36,9 @@ def forward_flops_per_image(model_kwargs: dict, image_size: int = 224, channels:
   return stem + depth * per_layer + head
 
 
-def run_estimate(run: sweep.Run, load_config, *, peak_tflops: float, mfu: float) -> dict:
+def run_estimate(run: sweep.Run, *, peak_tflops: float, mfu: float) -> dict:
   """{'steps', 'train_pflops', 'core_hours'} of one sweep run."""
-  config = load_config(run)
+  config = sweep.load_config(run)
   examples = recipes.TRAIN_SPLIT_SIZES[(config.input.data.name, config.input.data.split)]
   steps = math.ceil(config.total_epochs * examples / config.input.batch_size - 1e-9)
   flops = 3 * steps * config.input.batch_size * forward_flops_per_image(
@@ -48,22 +48,12 @@ def run_estimate(run: sweep.Run, load_config, *, peak_tflops: float, mfu: float)
 
 
 def main(argv: list[str]) -> None:
-  import importlib.util
-  import pathlib
-
-  def load_config(run):
-    path, arg = run.config_arg.split(":", 1)
-    spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
-
   total = 0.0
   for path in argv[1:]:
     runs = sweep.load_sweep(path)
     subtotal = 0.0
     for run in runs:
-      estimate = run_estimate(run, load_config, peak_tflops=FLAGS.peak_tflops, mfu=FLAGS.mfu)
+      estimate = run_estimate(run, peak_tflops=FLAGS.peak_tflops, mfu=FLAGS.mfu)
       subtotal += estimate["core_hours"]
       if FLAGS.per_run:
         print(f"{run.run_id}\t{estimate['steps']}\t{estimate['core_hours']:.0f}")

@@ -1,18 +1,25 @@
 r"""Runs the miniature reproduction (big_vision_relu.repro) to completion, across sessions.
 
-    python -m big_vision_relu.study --root workdirs/repro            # run / resume everything
-    python -m big_vision_relu.study --root workdirs/repro --status   # what is done, per phase
-    bash launch/repro.sh                                             # the same, in the background
+    python -m big_vision_relu.study --root workdirs/repro --archive results/repro  # run / resume
+    python -m big_vision_relu.study --root workdirs/repro --archive results/repro --status
+    bash launch/repro.sh                     # the same, in the background
 
 The plan is repro.PHASES in order, each run once (a run shared by several figures is trained
-once, in `<root>/runs/<run id>`; each sweep's directory `<root>/<sweep>/<run id>` is a symlink
-to it, which is where `big_vision_relu.report` looks). `--workers` runs train in parallel, each
-pinned to its own CPU core (on this 2-core machine two pinned runs do ~20% more work than one
-run on both cores, and a run's core hours are then its own CPU time).
+once, in `<root>/runs/<run id>`). `--workers` runs train in parallel, each pinned to its own CPU
+core (on this 2-core machine two pinned runs do ~20% more work than one run on both cores, and
+a run's core hours are then its own CPU time).
 
-Stopping and resuming: a run is done when its metrics reach its last step (report's rule), or
-when its trainer stopped on a non-finite loss (the study then writes `DIVERGED` into its workdir:
-a result, not retried). Anything else is (re)started; the trainer resumes it from its last checkpoint. SIGTERM / SIGINT
+The archive (`--archive`; launch/repro.sh gives results/repro, committed to the repository):
+when a run is done the study copies its results, config.json, metrics.jsonl and DIVERGED if
+any, but no checkpoints, to `<archive>/runs/<run id>`, and links it from each of its sweeps'
+directories `<archive>/<sweep>/<run id>`, which is where `big_vision_relu.report --root
+<archive>` looks. The study may take more sessions than a workdir lives: a run in the archive is
+never trained again, whatever became of `<root>`.
+
+Stopping and resuming: a run is done when it is in the archive, or when its metrics reach its
+last step (report's rule), or when its trainer stopped on a non-finite loss (the study then
+writes `DIVERGED` into its workdir: a result, not retried). Anything else is (re)started; the
+trainer resumes it from its last checkpoint in `<root>`. SIGTERM / SIGINT
 to the study are passed to the running trainers, which checkpoint and exit; if the study dies
 without that, the kernel sends its trainers SIGTERM (PR_SET_PDEATHSIG). A lock file keeps a
 second study from training the same runs. A run that fails is logged and skipped until the next
@@ -26,6 +33,7 @@ import fcntl
 import os
 import pathlib
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,19 +86,44 @@ def run_dir(root: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
   return root / "runs" / run.run_id
 
 
-def link_sweep_dirs(root: pathlib.Path, planned: Sequence[PlannedRun]) -> None:
-  """<root>/<sweep>/<run id> -> ../runs/<run id> for every sweep of every run."""
-  for item in planned:
-    for path in item.sweeps:
-      link = pathlib.Path(sweep_lib.workdir(str(root), path, item.run))
-      link.parent.mkdir(parents=True, exist_ok=True)
-      if not link.is_symlink():
-        link.symlink_to(pathlib.Path("..") / "runs" / item.run.run_id)
+DONE = ("finished", "diverged")
+# What the archive keeps of a run (big_vision_relu.report reads these; checkpoints stay behind).
+ARCHIVED_FILES = ("config.json", "metrics.jsonl", report.DIVERGED_FILE)
 
 
-def status(root: pathlib.Path, run: sweep_lib.Run) -> str:
-  """'missing', 'running' (started, not finished), 'diverged' or 'finished' (report's rule)."""
-  return report.collect_run(run, run_dir(root, run)).status
+def archived_dir(archive: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
+  return archive / "runs" / run.run_id
+
+
+def status(root: pathlib.Path, archive: pathlib.Path, run: sweep_lib.Run) -> str:
+  """'finished' or 'diverged' if the run is done (archived, or done in its workdir), else the
+  workdir's 'running' (started) or 'missing' (report's rules)."""
+  archived = report.collect_run(run, archived_dir(archive, run)).status
+  return archived if archived in DONE else report.collect_run(run, run_dir(root, run)).status
+
+
+def archive_run(root: pathlib.Path, archive: pathlib.Path, item: PlannedRun) -> None:
+  """Copies a done run's ARCHIVED_FILES to the archive (replacing any older copy whole: the new
+  one is complete before it is renamed into place) and links it from its sweeps' directories."""
+  target = archived_dir(archive, item.run)
+  partial = target.with_name(target.name + ".partial")
+  shutil.rmtree(partial, ignore_errors=True)
+  partial.mkdir(parents=True)
+  for name in ARCHIVED_FILES:
+    if (run_dir(root, item.run) / name).exists():
+      shutil.copy2(run_dir(root, item.run) / name, partial / name)
+  shutil.rmtree(target, ignore_errors=True)
+  partial.rename(target)
+  link_sweep_dirs(archive, item)
+
+
+def link_sweep_dirs(archive: pathlib.Path, item: PlannedRun) -> None:
+  """<archive>/<sweep>/<run id> -> ../runs/<run id> for every sweep of the run."""
+  for path in item.sweeps:
+    link = pathlib.Path(sweep_lib.workdir(str(archive), path, item.run))
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+      link.symlink_to(pathlib.Path("..") / "runs" / item.run.run_id)
 
 
 def _pin_and_die_with_parent(core: int | None, niceness: int):
@@ -114,9 +147,9 @@ def _nonfinite_error(log: pathlib.Path) -> str | None:
 class Study:
   """Trains the planned runs that are not finished, `workers` at a time."""
 
-  def __init__(self, root: pathlib.Path, planned: Sequence[PlannedRun], *, workers: int,
-               extra_config_args: str, niceness: int):
-    self.root, self.planned, self.workers = root, planned, workers
+  def __init__(self, root: pathlib.Path, archive: pathlib.Path, planned: Sequence[PlannedRun],
+               *, workers: int, extra_config_args: str, niceness: int):
+    self.root, self.archive, self.planned, self.workers = root, archive, planned, workers
     self.extra_config_args, self.niceness = extra_config_args, niceness
     self._stopping = threading.Event()
     self._children: set[subprocess.Popen] = set()
@@ -153,13 +186,15 @@ class Study:
       with self._lock:
         self._children.discard(child)
     minutes = (time.monotonic() - started) / 60
-    state = status(self.root, item.run)
+    state = status(self.root, self.archive, item.run)
     if code == 0 and state == "finished":
+      archive_run(self.root, self.archive, item)
       logging.info("finished %s (%.1f min)", item.run.run_id, minutes)
     elif self._stopping.is_set():
       logging.info("stopped %s (%s; resumes from its checkpoint)", item.run.run_id, state)
     elif diverged := _nonfinite_error(workdir / "train.log"):
       (workdir / report.DIVERGED_FILE).write_text(diverged + "\n")
+      archive_run(self.root, self.archive, item)
       logging.warning("DIVERGED %s (not retried): %s", item.run.run_id, diverged)
     else:
       logging.error("FAILED %s: exit code %d, %s; see %s", item.run.run_id, code, state,
@@ -168,12 +203,18 @@ class Study:
 
   def run(self, max_runs: int | None = None) -> None:
     todo: queue.Queue[PlannedRun] = queue.Queue()
-    pending = [p for p in self.planned
-               if status(self.root, p.run) not in ("finished", "diverged")]
+    pending = []
+    for item in self.planned:
+      if report.collect_run(item.run, archived_dir(self.archive, item.run)).status in DONE:
+        continue
+      if report.collect_run(item.run, run_dir(self.root, item.run)).status in DONE:
+        archive_run(self.root, self.archive, item)  # done before a study stopped
+      else:
+        pending.append(item)
     for item in pending[:max_runs]:
       todo.put(item)
-    logging.info("%d of %d runs to do, %d workers", todo.qsize(), len(self.planned),
-                 self.workers)
+    logging.info("%d of %d runs to do; starting %d, %d workers", len(pending),
+                 len(self.planned), todo.qsize(), self.workers)
     cores = sorted(os.sched_getaffinity(0))
 
     def work(index: int) -> None:
@@ -206,12 +247,12 @@ def _acquire_lock(root: pathlib.Path):
   return handle
 
 
-def print_status(root: pathlib.Path, planned: Sequence[PlannedRun],
+def print_status(root: pathlib.Path, archive: pathlib.Path, planned: Sequence[PlannedRun],
                  phases: Sequence[tuple[str, dict[str, Any]]]) -> None:
   counts: dict[int, dict[str, int]] = {}
   for item in planned:
     phase = counts.setdefault(item.phase, dict.fromkeys(report.STATUSES, 0))
-    phase[status(root, item.run)] += 1
+    phase[status(root, archive, item.run)] += 1
   for index, (path, selection) in enumerate(phases):
     c = counts.get(index, dict.fromkeys(report.STATUSES, 0))
     print(f"phase {index}: {path} {selection or 'all'}: {sum(c.values())} new runs, "
@@ -222,18 +263,17 @@ def print_status(root: pathlib.Path, planned: Sequence[PlannedRun],
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments {argv[1:]}.")
-  root = pathlib.Path(FLAGS.root).absolute()
+  root, archive = pathlib.Path(FLAGS.root).absolute(), pathlib.Path(FLAGS.archive).absolute()
   phases = repro.PHASES if FLAGS.phases is None else [repro.PHASES[int(i)]
                                                        for i in FLAGS.phases]
   planned = plan(phases)
   root.mkdir(parents=True, exist_ok=True)
   if FLAGS.status:
-    print_status(root, planned, phases)
+    print_status(root, archive, planned, phases)
     return
   lock = _acquire_lock(root)
-  link_sweep_dirs(root, planned)
-  study = Study(root, planned, workers=FLAGS.workers, extra_config_args=FLAGS.config_args,
-                niceness=FLAGS.nice)
+  study = Study(root, archive, planned, workers=FLAGS.workers,
+                extra_config_args=FLAGS.config_args, niceness=FLAGS.nice)
   signal.signal(signal.SIGTERM, study.stop)
   signal.signal(signal.SIGINT, study.stop)
   study.run(FLAGS.max_runs)
@@ -244,7 +284,11 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
   FLAGS = flags.FLAGS
-  flags.DEFINE_string("root", None, "Workdir root of the study.", required=True)
+  flags.DEFINE_string("root", None, "Workdir root of the study (checkpoints, logs).",
+                      required=True)
+  flags.DEFINE_string("archive", None, "Where done runs' results are kept (launch/repro.sh: "
+                      "results/repro, committed); runs found there are not trained again.",
+                      required=True)
   flags.DEFINE_integer("workers", 2, "Runs trained at once, each pinned to one CPU core "
                        "(1: no pinning).")
   flags.DEFINE_integer("nice", 10, "Niceness of the trainers, so interactive work goes first "

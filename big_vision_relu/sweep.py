@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+import ml_collections
 from absl import app, flags
 
 from big_vision_relu import recipes
@@ -89,6 +90,12 @@ def _load_module(path: str):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def load_config(run: Run) -> ml_collections.ConfigDict:
+  """The run's training config, as `--config run.config_arg` gives it to the trainer."""
+  path, arg = run.config_arg.split(":", 1)
+  return _load_module(path).get_config(arg)
 
 
 def load_sweep(path: str) -> list[Run]:

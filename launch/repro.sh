@@ -7,10 +7,13 @@
 #   bash launch/repro.sh stop                 # trainers checkpoint and exit; waits for it
 #   bash launch/repro.sh report               # tables and figures -> docs/reproduction/
 #
-# ROOT (default workdirs/repro) holds the runs; ROOT/study.log is the study's log.
+# ROOT (default workdirs/repro) holds the runs' workdirs (checkpoints) and ROOT/study.log, the
+# study's log; ARCHIVE (default results/repro, committed) keeps the results of every done run,
+# so a fresh checkout resumes where the last one stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="${ROOT:-workdirs/repro}"
+ARCHIVE="${ARCHIVE:-results/repro}"
 PY=.venv/bin/python
 if [ ! -x "$PY" ]; then
   "${PYTHON:-python3}" -m venv .venv
@@ -25,11 +28,11 @@ case "${1:-start}" in
       exit 0
     fi
     "$PY" -m big_vision_relu.data.prepare
-    nohup "$PY" -m big_vision_relu.study --root "$ROOT" >> "$ROOT/study.log" 2>&1 &
+    nohup "$PY" -m big_vision_relu.study --root "$ROOT" --archive "$ARCHIVE" >> "$ROOT/study.log" 2>&1 &
     echo "study running as pid $! (log: $ROOT/study.log; 'bash launch/repro.sh status')"
     ;;
   status)
-    "$PY" -m big_vision_relu.study --root "$ROOT" --status
+    "$PY" -m big_vision_relu.study --root "$ROOT" --archive "$ARCHIVE" --status
     ;;
   stop)
     # The pid in the lock file is the study's only while the lock is held.
@@ -48,7 +51,7 @@ case "${1:-start}" in
     fi
     ;;
   report)
-    "$PY" -m big_vision_relu.report --root "$ROOT" --out docs/reproduction \
+    "$PY" -m big_vision_relu.report --root "$ARCHIVE" --out docs/reproduction \
       --sweep configs/repro/fig1.py --sweep configs/repro/fig2.py \
       --sweep configs/repro/fig3.py --sweep configs/repro/fig4.py
     ;;

@@ -1,7 +1,9 @@
 """The miniature reproduction's plan and runner: a few-run study end to end (real trainers,
 pinned to cores, as the full study runs them), then the report of what it produced."""
 import fcntl
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 
@@ -50,35 +52,43 @@ def test_repro_run_rejects_unknown_arguments_and_pins_softmax_alpha():
   assert repro.run(attention="softmax", alpha=0.0) == repro.run(attention="softmax")
 
 
-def _study(root, *args, data_dir):
+def _study(root, archive, *args, data_dir):
   env = {**os.environ, "TFDS_DATA_DIR": data_dir, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
   return subprocess.run([sys.executable, "-m", "big_vision_relu.study", "--root", str(root),
-                         *args], check=False, env=env, cwd=ROOT, capture_output=True,
-                        text=True, timeout=600)
+                         "--archive", str(archive), *args], check=False, env=env, cwd=ROOT,
+                        capture_output=True, text=True, timeout=600)
 
 
-def test_a_two_run_study_trains_links_reports_and_resumes(offline_data_dir, tmp_path):
-  root = tmp_path / "repro"
-  done = _study(root, "--phases", "0", "--max_runs", "2", "--config_args", "runlocal",
+def test_a_two_run_study_trains_archives_reports_and_resumes(offline_data_dir, tmp_path):
+  root, archive = tmp_path / "repro", tmp_path / "archive"
+  done = _study(root, archive, "--phases", "0", "--max_runs", "2", "--config_args", "runlocal",
                 data_dir=offline_data_dir)
   assert done.returncode == 0, done.stderr[-3000:]
   first_two = study.plan([repro.PHASES[0]])[:2]
   for item in first_two:
-    assert study.status(root, item.run) == "finished"
+    assert study.status(root, archive, item.run) == "finished"
     assert (root / "runs" / item.run.run_id / "train.log").stat().st_size > 0
-  # The figure's sweep sees the runs through its links; the rest of the sweep is missing.
-  rows = {r.run_id: r for r in report.collect("configs/repro/fig1.py", str(root), repro.FIGURE)}
+    # The archive keeps the results, not the checkpoints.
+    assert sorted(p.name for p in study.archived_dir(archive, item.run).iterdir()) == [
+        "config.json", "metrics.jsonl"]
+  # The figure's sweep sees the archived runs through its links; the rest is missing.
+  rows = {r.run_id: r for r in report.collect("configs/repro/fig1.py", str(archive),
+                                              repro.FIGURE)}
   for item in first_two:
     assert rows[item.run.run_id].status == "finished"
     assert 0 <= rows[item.run.run_id].value("test/prec@1") <= 1
   assert sum(r.status == "missing" for r in rows.values()) == len(rows) - 2
-  status = _study(root, "--phases", "0", "--status", data_dir=offline_data_dir)
+  status = _study(root, archive, "--phases", "0", "--status", data_dir=offline_data_dir)
   assert ("6 new runs, 2 finished, 0 diverged, 0 started, 4 not started"
           in status.stdout), status.stdout
+  # A fresh checkout has the archive but no workdirs: archived runs are not trained again.
+  shutil.rmtree(root)
+  again = _study(root, archive, "--phases", "0", "--max_runs", "0", data_dir=offline_data_dir)
+  assert "4 of 6 runs to do" in again.stderr, again.stderr[-3000:]
   # A second study over the same root while one holds the lock refuses to start.
   with open(root / "study.lock", "a+") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    refused = _study(root, "--phases", "0", "--config_args", "runlocal",
+    refused = _study(root, archive, "--phases", "0", "--config_args", "runlocal",
                      data_dir=offline_data_dir)
   assert refused.returncode != 0 and "Another study holds" in refused.stderr
 
@@ -107,19 +117,20 @@ def test_a_diverging_run_is_marked_and_not_retried(offline_data_dir, tmp_path, m
       "  config.evals = {}  # nothing to wait for before the loss turns non-finite\n"
       "  return config\n")
   run = sweep_lib.Run(str(config), {"attention": "identity", "runlocal": True})
-  root = tmp_path / "study"
+  root, archive = tmp_path / "study", tmp_path / "archive"
   planned = [study.PlannedRun(run, 0, ())]
 
   def run_study():
-    runner = study.Study(root, planned, workers=1, extra_config_args="", niceness=0)
+    runner = study.Study(root, archive, planned, workers=1, extra_config_args="", niceness=0)
     runner.run()
     return runner
   assert run_study().failed == []
   workdir = root / "runs" / run.run_id
   assert (workdir / report.DIVERGED_FILE).read_text().startswith(
       "FloatingPointError: Non-finite loss or gradients at step ")
-  row = report.collect_run(run, workdir, repro.FIGURE)
-  assert (row.status, row.metrics) == ("diverged", {})
+  for results in (workdir, study.archived_dir(archive, run)):
+    row = report.collect_run(run, results, repro.FIGURE)
+    assert (row.status, row.metrics) == ("diverged", {})
   log_size = (workdir / "train.log").stat().st_size
   assert run_study().failed == []
   assert (workdir / "train.log").stat().st_size == log_size  # not started again
@@ -155,3 +166,27 @@ def test_launch_script_stops_and_refuses_only_a_study_holding_its_lock(tmp_path)
     assert subprocess.run(["flock", "-n", str(lock_path), "true"], check=False).returncode == 0
   finally:
     subprocess.run(["pkill", "-KILL", "-s", str(holder.pid)], check=False)  # flock's session
+
+
+def test_recovered_archive_entries_give_the_report_their_csv_lines_back(tmp_path):
+  """tools/recover_repro_archive.py turns the finished lines of a report CSV into archive
+  entries from which the report writes the same lines (and skips unfinished ones)."""
+  spec = importlib.util.spec_from_file_location(
+      "recover", ROOT / "tools" / "recover_repro_archive.py")
+  tool = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(tool)
+  runs = sweep_lib.load_sweep("configs/repro/fig1.py")
+  values = {"test/prec@1": 0.891, "fewshot/10shot_avg": 0.6063138347260911,
+            "core_hours": 0.06156503363555556, "training_loss": 0.23242759704589844}
+  rows = [report.Row(runs[0].run_id, "mnist_vit", runs[0].args, "finished", 1250, 1250, values),
+          report.Row(runs[1].run_id, "mnist_vit", runs[1].args, "running", 500, 1250,
+                     {"training_loss": 1.5})]
+  csv_path = tmp_path / "fig1.csv"
+  csv_path.write_text(report.to_csv(rows, repro.FIGURE))
+  archive = tmp_path / "archive"
+  assert tool.recover([csv_path], archive) == [runs[0].run_id]
+  assert tool.recover([csv_path], archive) == []  # already there
+  collected = report.collect("configs/repro/fig1.py", str(archive), repro.FIGURE)
+  assert collected[0] == rows[0]
+  assert collected[1].status == "missing"
+  assert (study.archived_dir(archive, runs[0]) / tool.RECOVERED_FILE).exists()
