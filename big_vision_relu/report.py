@@ -3,7 +3,7 @@ r"""Results of a sweep: a CSV, a Markdown table and its figure, from the runs' w
     python -m big_vision_relu.report --sweep configs/paper/fig2.py --root gs://BUCKET/runs \
         --out docs/results
     python -m big_vision_relu.report --sweep configs/repro/fig1.py --sweep configs/repro/fig4.py \
-        --root workdirs/repro --out docs/reproduction
+        --root results/repro --out docs/reproduction
 
 For each sweep file it writes `<out>/<sweep>.csv`, `<out>/<sweep>.md` and, when the sweep's
 name starts with fig1..fig4, `<out>/<sweep>.png`, and prints the paths of the table and the

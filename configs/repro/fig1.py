@@ -3,7 +3,7 @@ L = 49), 3 seeds each: mnist5k test accuracy and 10-shot digits transfer against
 hours. 3 x 2 x 3 = 18 runs.
 
     python -m big_vision_relu.sweep configs/repro/fig1.py --list
-    python -m big_vision_relu.report --sweep configs/repro/fig1.py --root workdirs/repro \
+    python -m big_vision_relu.report --sweep configs/repro/fig1.py --root results/repro \
         --out docs/reproduction
 """
 from big_vision_relu import repro

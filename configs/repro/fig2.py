@@ -4,7 +4,7 @@ qk-layernorm on. Seed 0 everywhere; seeds 1 and 2 too at alpha 0 and 1 (and for 
 2 x (7 x 8 + 1) = 114 runs with seed 0, plus 2 x 2 x (7 x 2 + 1) = 60 seed repeats.
 
     python -m big_vision_relu.sweep configs/repro/fig2.py --list
-    python -m big_vision_relu.report --sweep configs/repro/fig2.py --root workdirs/repro \
+    python -m big_vision_relu.report --sweep configs/repro/fig2.py --root results/repro \
         --out docs/reproduction
 """
 from big_vision_relu import repro
