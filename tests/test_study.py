@@ -140,7 +140,7 @@ def test_launch_script_stops_and_refuses_only_a_study_holding_its_lock(tmp_path)
   """launch/repro.sh trusts the pid in study.lock only while the lock is held: a stale file
   (e.g. after a reboot) must not make it signal an unrelated process."""
   script = str(ROOT / "launch" / "repro.sh")
-  env = {**os.environ, "ROOT": str(tmp_path)}
+  env = {**os.environ, "ROOT": str(tmp_path), "ARCHIVE": str(tmp_path / "archive")}
 
   def launch(command):
     return subprocess.run(["bash", script, command], env=env, capture_output=True, text=True,
