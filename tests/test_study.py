@@ -190,3 +190,25 @@ def test_recovered_archive_entries_give_the_report_their_csv_lines_back(tmp_path
   assert collected[0] == rows[0]
   assert collected[1].status == "missing"
   assert (study.archived_dir(archive, runs[0]) / tool.RECOVERED_FILE).exists()
+
+
+def test_archiving_replaces_an_older_copy_whole_and_leaves_checkpoints_behind(tmp_path):
+  root, archive = tmp_path / "root", tmp_path / "archive"
+  item = study.plan([repro.PHASES[0]])[0]
+  workdir = study.run_dir(root, item.run)
+  (workdir / "checkpoints" / "1250").mkdir(parents=True)
+  (workdir / "config.json").write_text(
+      sweep_lib.load_config(item.run).to_json_best_effort(indent=2))
+  (workdir / "metrics.jsonl").write_text('{"step": 1250, "test/prec@1": 0.9}\n')
+  target = study.archived_dir(archive, item.run)
+  (target.parent / (target.name + ".partial")).mkdir(parents=True)  # a copy cut short
+  target.mkdir()
+  (target / "metrics.jsonl").write_text('{"step": 1, "test/prec@1": 0.1}\n')
+  (target / "stale").write_text("from an older copy")
+  study.archive_run(root, archive, item)
+  assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
+  assert sorted(p.name for p in target.iterdir()) == ["config.json", "metrics.jsonl"]
+  for path in item.sweeps:
+    row = report.collect_run(item.run, sweep_lib.workdir(str(archive), path, item.run),
+                             repro.FIGURE)
+    assert (row.status, row.value("test/prec@1")) == ("finished", 0.9)
