@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import collections
 import gzip
-import importlib.util
 import json
 import pathlib
 import re
@@ -39,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from big_vision_relu import cost, optim
+from big_vision_relu import cost, optim, sweep
 from big_vision_relu import train as train_lib
 
 import common
@@ -53,11 +52,8 @@ def recipe_config(config_path: str, model_args: str, attention: str, gated: bool
                   attention_impl: str):
   """The config `config_path` with arguments `model_args`, `attention` and `gated`, and the
   attention implementation."""
-  path = ROOT / config_path
-  spec = importlib.util.spec_from_file_location(path.stem, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config(f"{model_args},attention={attention},gated={gated}")
+  config = sweep.load_config_file(
+      f"{ROOT / config_path}:{model_args},attention={attention},gated={gated}")
   if attention != "softmax":
     config.model.attention_impl = attention_impl
   return config

@@ -92,10 +92,16 @@ def _load_module(path: str):
   return module
 
 
+def load_config_file(config_arg: str) -> ml_collections.ConfigDict:
+  """The config that `--config config_arg` ("file.py:args" or "file.py") gives the trainer."""
+  path, _, arg = config_arg.partition(":")
+  module = _load_module(path)
+  return module.get_config(arg) if arg else module.get_config()
+
+
 def load_config(run: Run) -> ml_collections.ConfigDict:
   """The run's training config, as `--config run.config_arg` gives it to the trainer."""
-  path, arg = run.config_arg.split(":", 1)
-  return _load_module(path).get_config(arg)
+  return load_config_file(run.config_arg)
 
 
 def load_sweep(path: str) -> list[Run]:

@@ -63,13 +63,12 @@ def test_step_counts_follow_the_recipe(path, examples, expected_steps):
 
 @pytest.mark.parametrize("figure,count", [("fig1", 10), ("fig2", 342), ("fig3", 96),
                                           ("fig4", 96)])
-def test_sweeps_expand_to_the_papers_runs(figure, count):
-  path = str(ROOT / f"configs/paper/{figure}.py")
-  runs = sweep.load_sweep(path)
+def test_sweeps_expand_to_the_papers_runs(figure, count, monkeypatch):
+  monkeypatch.chdir(ROOT)  # config arguments are relative to the repository, as in launch/
+  runs = sweep.load_sweep(f"configs/paper/{figure}.py")
   assert len(runs) == count == len({r.run_id for r in runs})
   for run in runs[:3] + runs[-3:]:  # every run's config argument is a valid config
-    config_path, arg = run.config_arg.split(":", 1)
-    cfg_lib.validate_train_config(load_config_module(config_path).get_config(arg))
+    cfg_lib.validate_train_config(sweep.load_config(run))
 
 
 @pytest.mark.parametrize("figure,count", [("fig1", 18), ("fig2", 174), ("fig3", 64),
@@ -81,11 +80,19 @@ def test_reproduction_sweeps_expand_to_their_runs(figure, count, monkeypatch):
   runs = sweep.load_sweep(f"configs/repro/{figure}.py")
   assert len(runs) == count == len({r.run_id for r in runs})
   for run in runs[:2] + runs[-2:]:
-    config_path, arg = run.config_arg.split(":", 1)
-    config = load_config_module(config_path).get_config(arg)
+    config = sweep.load_config(run)
     cfg_lib.validate_train_config(config)
     assert config.model.patch_size == (run.args["patch"],) * 2
     assert config.seed == run.args["seed"] and config.model.gated == run.args["gated"]
+
+
+def test_load_config_file_reads_config_arguments_as_the_trainer_flag_does(monkeypatch):
+  monkeypatch.chdir(ROOT)
+  default = sweep.load_config_file("configs/repro/mnist_vit.py")
+  assert default == load_config_module("configs/repro/mnist_vit.py").get_config()
+  changed = sweep.load_config_file("configs/repro/mnist_vit.py:patch=2,attention=gelu")
+  assert changed.model.patch_size == (2, 2) and default.model.patch_size == (4, 4)
+  assert changed.model.attention == "gelu" != default.model.attention
 
 
 def test_run_ids_are_stable_and_shared_between_figures():
