@@ -120,6 +120,9 @@ def compare_paired(rows: Sequence[report.Row], a: Mapping[str, str], b: Mapping[
   have, in the order of the sweep."""
   if paired_by in a or paired_by in b:
     raise ValueError(f"--paired_by {paired_by} must not be selected by --a or --b.")
+  known = {k for r in rows for k in r.args}
+  if paired_by not in known:
+    raise ValueError(f"Unknown run argument {paired_by!r}; the sweep's are {sorted(known)}.")
   rows_a, rows_b = select(rows, a), select(rows, b)
   values = [v for v in dict.fromkeys(r.args.get(paired_by) for r in rows_a)
             if any(r.args.get(paired_by) == v for r in rows_b)]
