@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from absl import app, flags
@@ -70,12 +70,16 @@ def _matches(value: Any, text: str) -> bool:
   return str(value) == text
 
 
-def select(rows: Sequence[report.Row], selection: Mapping[str, str]) -> list[report.Row]:
-  """The finished rows whose args match every key=value of `selection`."""
+def _check_known(rows: Sequence[report.Row], keys: Iterable[str]) -> None:
   known = {k for r in rows for k in r.args}
-  unknown = sorted(set(selection) - known)
+  unknown = sorted(set(keys) - known)
   if unknown:
     raise ValueError(f"Unknown run arguments {unknown}; the sweep's are {sorted(known)}.")
+
+
+def select(rows: Sequence[report.Row], selection: Mapping[str, str]) -> list[report.Row]:
+  """The finished rows whose args match every key=value of `selection`."""
+  _check_known(rows, selection)
   return [r for r in rows if r.status == "finished"
           and all(k in r.args and _matches(r.args[k], v) for k, v in selection.items())]
 
@@ -103,15 +107,11 @@ def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
   return Difference(stat_a, stat_b, stat_a.mean - stat_b.mean, se)
 
 
-def _values(group: report.Group, metric: str) -> list[float]:
-  return [v for r in group.rows if (v := r.value(metric)) is not None]
-
-
 def compare(rows: Sequence[report.Row], a: Mapping[str, str], b: Mapping[str, str],
             metric: str) -> Difference:
   """`metric` of the seed group selected by `a` minus that of the one selected by `b`."""
-  return difference(_values(one_group(select(rows, a), f"--a {a}"), metric),
-                    _values(one_group(select(rows, b), f"--b {b}"), metric))
+  return difference(one_group(select(rows, a), f"--a {a}").values(metric),
+                    one_group(select(rows, b), f"--b {b}").values(metric))
 
 
 def compare_paired(rows: Sequence[report.Row], a: Mapping[str, str], b: Mapping[str, str],
@@ -120,9 +120,7 @@ def compare_paired(rows: Sequence[report.Row], a: Mapping[str, str], b: Mapping[
   have, in the order of the sweep."""
   if paired_by in a or paired_by in b:
     raise ValueError(f"--paired_by {paired_by} must not be selected by --a or --b.")
-  known = {k for r in rows for k in r.args}
-  if paired_by not in known:
-    raise ValueError(f"Unknown run argument {paired_by!r}; the sweep's are {sorted(known)}.")
+  _check_known(rows, [paired_by])
   rows_a, rows_b = select(rows, a), select(rows, b)
   values = [v for v in dict.fromkeys(r.args.get(paired_by) for r in rows_a)
             if any(r.args.get(paired_by) == v for r in rows_b)]
@@ -134,7 +132,7 @@ def compare_paired(rows: Sequence[report.Row], a: Mapping[str, str], b: Mapping[
                         f"--a {a}, {paired_by}={value}")
     group_b = one_group([r for r in rows_b if r.args.get(paired_by) == value],
                         f"--b {b}, {paired_by}={value}")
-    pairs[value] = difference(_values(group_a, metric), _values(group_b, metric))
+    pairs[value] = difference(group_a.values(metric), group_b.values(metric))
   return pairs
 
 

@@ -285,9 +285,13 @@ class Group:
     statuses = {r.status for r in self.rows}
     return statuses.pop() if len(statuses) == 1 else "running"
 
+  def values(self, metric: str) -> list[float]:
+    """`metric` of each run that logged it."""
+    return [v for r in self.rows if (v := r.value(metric)) is not None]
+
   def stat(self, metric: str) -> Stat | None:
     """The Stat of `metric` over the runs that logged it, None if none did."""
-    return summarize([v for r in self.rows if (v := r.value(metric)) is not None])
+    return summarize(self.values(metric))
 
   def value(self, metric: str) -> float | None:
     """The mean of `metric` over the runs that logged it, None if none did."""

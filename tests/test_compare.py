@@ -71,7 +71,7 @@ def test_paired_differences_by_alpha():
   assert compare.describe_paired(ACC, "alpha", pairs).endswith("mean +0.0400, 2 of 3 with its sign")
   with pytest.raises(ValueError, match="must not be selected"):
     compare.compare_paired(rows, {"alpha": "1"}, {"qk_norm": "True"}, ACC, "alpha")
-  with pytest.raises(ValueError, match="Unknown run argument 'alpha_'"):
+  with pytest.raises(ValueError, match=r"Unknown run arguments \['alpha_'\]"):
     compare.compare_paired(rows, {"qk_norm": "False"}, {"qk_norm": "True"}, ACC, "alpha_")
 
 
