@@ -3,10 +3,11 @@
     from big_vision_relu import inspect
     run = inspect.load_run("workdirs/mnist_relu")             # newest checkpoint (or step=...)
     images, labels = inspect.eval_examples(run, 16)           # the run's own eval data and pp
-    out = inspect.run_model(run, images)                      # logits, weights, queries, keys
+    out = inspect.run_model(run, images)                      # logits, weights, q, k, residual
     out.weights[layer]                                        # [n, heads, q_len, k_len]
     inspect.attention_statistics(out.weights, out.grid_shape, out.num_prefix_tokens)
     inspect.qk_logit_norms(out.queries, out.keys)
+    inspect.attention_shares(out.attention_outputs, out.block_inputs)  # |attention| / |input|
 
 `load_npz(path, model_config)` does the same for a big_vision `.npz`. Weights are those the
 encoder blocks really use (sown by the model: `vit.Model(..., sow_attention_weights=True)`),
@@ -307,13 +308,16 @@ def apply_inspecting(model: vit._Model, params: Any, images: jax.Array, *,  # no
     with_qk: also capture the queries and keys entering the scores (after qk-LN, if any).
   Returns:
     {'logits': `[n, ...]` (the model's output), 'weights': per layer `[n, heads, q, k]`,
-    and with_qk 'queries': per layer `[n, q, heads, head_dim]`, 'keys': `[n, k, heads, d]`}.
+    'attention_outputs': per layer the attention branch `[n, tokens, width]` (what the block
+    adds to its input), 'block_inputs': per layer the residual stream entering the block
+    `[n, tokens, width]`, and with_qk 'queries': per layer `[n, q, heads, head_dim]`, 'keys':
+    `[n, k, heads, d]`}. Unused outputs cost nothing under jit (XLA drops them).
   """
   def capture(module: nn.Module, method: str) -> bool:
     return with_qk and method == "__call__" and module.name in _QK_MODULES
 
   model = model.clone(sow_attention_weights=True, attention_impl="dense")
-  (logits, _), state = model.apply(
+  (logits, aux), state = model.apply(
       {"params": params}, images, train=False, mutable=["intermediates"],
       capture_intermediates=capture)
   found: dict[str, dict[int, jax.Array]] = {}
@@ -330,7 +334,11 @@ def apply_inspecting(model: vit._Model, params: Any, images: jax.Array, *,  # no
     else:
       found.setdefault(name, {})[int(layer)] = value
   as_list = lambda name: [found[name][i] for i in range(len(found[name]))]  # noqa: E731
-  out = {"logits": logits, "weights": as_list("weights")}
+  blocks = [aux["encoder"][f"block{layer:02d}"] for layer in range(model.depth)]
+  out = {"logits": logits, "weights": as_list("weights"),
+         "attention_outputs": [block["sa"] for block in blocks],
+         # The block's input is not kept by the model; its sum with the branch ("+sa") is.
+         "block_inputs": [block["+sa"] - block["sa"] for block in blocks]}
   if with_qk:
     # With qk-LN the scores use the normalised q and k.
     out["queries"] = as_list("query_ln" if "query_ln" in found else "query")
@@ -345,6 +353,8 @@ class Inspection:
   weights: list[np.ndarray]  # per layer [n, heads, q, k]
   queries: list[np.ndarray]  # per layer [n, q, heads, head_dim]
   keys: list[np.ndarray]  # per layer [n, k, heads, head_dim]
+  attention_outputs: list[np.ndarray]  # per layer [n, tokens, width]
+  block_inputs: list[np.ndarray]  # per layer [n, tokens, width]
   grid_shape: tuple[int, int]
   num_prefix_tokens: int
 
@@ -352,7 +362,9 @@ class Inspection:
     """The inspection of some of the images: `index` as for numpy (slice, indices, mask)."""
     pick = lambda arrays: [a[index] for a in arrays]  # noqa: E731
     return dataclasses.replace(self, logits=self.logits[index], weights=pick(self.weights),
-                               queries=pick(self.queries), keys=pick(self.keys))
+                               queries=pick(self.queries), keys=pick(self.keys),
+                               attention_outputs=pick(self.attention_outputs),
+                               block_inputs=pick(self.block_inputs))
 
 
 def run_model(run: Run, images: np.ndarray, batch_size: int = 64) -> Inspection:
@@ -374,6 +386,8 @@ def run_model(run: Run, images: np.ndarray, batch_size: int = 64) -> Inspection:
   layout = token_layout(run.model, images.shape[1:3])
   return Inspection(logits=joined["logits"], weights=joined["weights"],
                     queries=joined["queries"], keys=joined["keys"],
+                    attention_outputs=joined["attention_outputs"],
+                    block_inputs=joined["block_inputs"],
                     grid_shape=layout.grid_shape, num_prefix_tokens=layout.num_prefix_tokens)
 
 
@@ -545,12 +559,35 @@ def qk_logit_norms(queries_per_layer: Sequence[Array],
   return table
 
 
+def attention_shares(attention_outputs: Sequence[Array],
+                     block_inputs: Sequence[Array]) -> list[dict[str, float]]:
+  """How much each layer's attention changes the residual stream.
+
+  Args:
+    attention_outputs: per layer the attention branch `[n, tokens, width]`
+      (`Inspection.attention_outputs`).
+    block_inputs: per layer the residual stream it is added to `[n, tokens, width]`.
+  Returns:
+    Table rows {'layer', 'attention_to_residual': the mean over images and tokens of
+    |branch| / |input| (L2 norms over width)}. Near 0: the layer's attention hardly mixes the
+    tokens (e.g. a large L^-alpha the model did not make up for).
+  """
+  table = []
+  for layer, (branch, stream) in enumerate(zip(attention_outputs, block_inputs, strict=True)):
+    ratio = (np.linalg.norm(np.asarray(branch, np.float64), axis=-1)
+             / np.linalg.norm(np.asarray(stream, np.float64), axis=-1))
+    table.append({"layer": layer, "attention_to_residual": float(ratio.mean())})
+  return table
+
+
 def layer_table(inspection: Inspection) -> list[dict[str, float]]:
-  """`attention_statistics` and `qk_logit_norms` of an inspection, one row per layer."""
+  """`attention_statistics`, `qk_logit_norms` and `attention_shares` of an inspection, one
+  row per layer."""
   stats = attention_statistics(inspection.weights, inspection.grid_shape,
                                inspection.num_prefix_tokens)
   norms = qk_logit_norms(inspection.queries, inspection.keys)
-  return [{**s, **n} for s, n in zip(stats, norms, strict=True)]
+  shares = attention_shares(inspection.attention_outputs, inspection.block_inputs)
+  return [{**s, **n, **a} for s, n, a in zip(stats, norms, shares, strict=True)]
 
 
 def received_attention(weights: Array, grid_shape: tuple[int, int] | None = None,

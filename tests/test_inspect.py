@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import matplotlib.image
 import numpy as np
 import pytest
+from flax import traverse_util
 
 from big_vision_relu import inspect
 from big_vision_relu import sharding
@@ -117,6 +118,14 @@ def test_qk_logit_norms_by_hand():
   assert row["logit_mean"] == pytest.approx(4 / 4)  # one non-zero logit of 4
 
 
+def test_attention_shares_by_hand():
+  branch = np.array([[[3.0, 4.0], [0.0, 0.0]]])  # [1 image, 2 tokens, width 2]: norms 5, 0
+  stream = np.array([[[0.0, 10.0], [1.0, 0.0]]])  # norms 10, 1
+  assert inspect.attention_shares([branch, 2 * branch], [stream, stream]) == [
+      {"layer": 0, "attention_to_residual": (0.5 + 0.0) / 2},
+      {"layer": 1, "attention_to_residual": (1.0 + 0.0) / 2}]
+
+
 def test_received_attention():
   grid = inspect.received_attention(np.stack([HAND, HAND])[None], (2, 2), 0)  # 2 heads
   # Live rows' normalised weights: [.5,.5,0,0], [1,0,0,0], [.25]*4, averaged over 3 rows.
@@ -145,6 +154,34 @@ def test_sown_weights_are_the_attention_of_the_captured_queries_and_keys(activat
     np.testing.assert_allclose(weights, expected, rtol=1e-5, atol=1e-6)
   logits, _ = model.apply({"params": params}, images)
   np.testing.assert_allclose(out.logits, logits, rtol=1e-6)  # inspecting changes nothing
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_attention_share_is_the_attention_branch(scan):
+  # The out projection's kernel and bias scale the attention branch and nothing before it.
+  model, params, images = _model_and_images(scan, attention="relu", qk_norm=True)
+  block = "encoderblock" if scan else "encoderblock_0"
+  projection = ("Transformer", block, "MultiHeadDotProductAttention_0", "out")
+  scaled = {}
+  for factor in (0.0, 1.0, 2.0):
+    flat = traverse_util.flatten_dict(params)
+    for name in ("kernel", "bias"):  # with scan: every layer's (leading depth axis)
+      flat[(*projection, name)] = factor * flat[(*projection, name)]
+    run = inspect.Run(model, traverse_util.unflatten_dict(flat), None, None, "mem")
+    scaled[factor] = inspect.run_model(run, images)
+  plain = scaled[1.0]
+  assert [a.shape for a in plain.attention_outputs] == [(3, 9, 32)] * 2  # [n, 3x3, width]
+  shares = [row["attention_to_residual"] for row in
+            inspect.attention_shares(plain.attention_outputs, plain.block_inputs)]
+  assert all(share > 0 for share in shares)
+  (zero,) = inspect.attention_shares(scaled[0.0].attention_outputs[:1],
+                                     scaled[0.0].block_inputs[:1])
+  assert zero["attention_to_residual"] == 0
+  (double,) = inspect.attention_shares(scaled[2.0].attention_outputs[:1],
+                                       scaled[2.0].block_inputs[:1])
+  assert double["attention_to_residual"] == pytest.approx(2 * shares[0], rel=1e-5)
+  np.testing.assert_allclose(scaled[2.0].block_inputs[0], plain.block_inputs[0], rtol=1e-5,
+                             atol=1e-6)  # layer 0's input: the embedded patches, unchanged
 
 
 def test_sowing_keeps_the_parameter_tree():
@@ -218,7 +255,8 @@ def _read_csv(path):
 
 
 @pytest.mark.slow
-def test_notebook_on_a_trained_workdir(offline_data_dir, tmp_path, monkeypatch):
+def test_notebook_and_tool_on_a_trained_workdir(offline_data_dir, tmp_path, monkeypatch,
+                                                capsys):
   # Train a 2-layer relu ViT for 6 steps, with the attention_stats evaluator in training.
   monkeypatch.setitem(registry.EVALUATORS, "attention_stats", AttentionStatsEvaluator)
   monkeypatch.setitem(registry.DEFAULT_PRED, "attention_stats", "logits")
@@ -280,3 +318,21 @@ def test_notebook_on_a_trained_workdir(offline_data_dir, tmp_path, monkeypatch):
   assert len(_read_csv(out_dir / "attention_stats_by_head.csv")) == 2 * 2 * 2
   side_by_side = (out_dir / "side_by_side.csv").read_text().splitlines()
   assert side_by_side[1].startswith("run,relu,softmax,")  # (statistic, run) columns
+
+  # tools/attention_by_run.py: the same statistics, one table row per run.
+  monkeypatch.syspath_prepend(str(ROOT / "tools"))
+  import attention_by_run  # noqa: PLC0415  (a script of tools/, imported as one)
+  monkeypatch.setattr("sys.argv", ["attention_by_run.py", str(softmax_dir), str(relu_dir),
+                                   "--num_images", "16", "--csv", str(tmp_path / "runs.csv")])
+  attention_by_run.main()
+  table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+  accuracy = inspect.read_metrics(relu_dir)["test/prec@1"][1][-1]
+  assert [line.split(" | ")[:4] for line in table[1:]] == [  # sorted by attention
+      ["| relu", "1", "0", f"{accuracy:.3f}"], ["| softmax", "-", "0", f"{accuracy:.3f}"]]
+  tool_rows = _read_csv(tmp_path / "runs.csv")
+  assert [(r["run"], r["layer"]) for r in tool_rows] == [
+      ("relu", "0"), ("relu", "1"), ("softmax", "0"), ("softmax", "1")]
+  for row, want in zip(tool_rows[:2], expected):
+    for name in ("attention_to_residual", "row_sum_p50", "logit_std"):
+      assert float(row[name]) == pytest.approx(want[name], rel=1e-5, abs=1e-7), name
+  assert float(tool_rows[2]["row_sum_p50"]) == pytest.approx(1, abs=1e-6)
