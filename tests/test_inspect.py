@@ -322,13 +322,21 @@ def test_notebook_and_tool_on_a_trained_workdir(offline_data_dir, tmp_path, monk
   # tools/attention_by_run.py: the same statistics, one table row per run.
   monkeypatch.syspath_prepend(str(ROOT / "tools"))
   import attention_by_run  # noqa: PLC0415  (a script of tools/, imported as one)
+  running_dir = tmp_path / "running"  # newest checkpoint 4, test accuracy logged at 6
+  shutil.copytree(relu_dir, running_dir)
+  shutil.rmtree(running_dir / "checkpoints" / "6")
   monkeypatch.setattr("sys.argv", ["attention_by_run.py", str(softmax_dir), str(relu_dir),
-                                   "--num_images", "16", "--csv", str(tmp_path / "runs.csv")])
+                                   str(running_dir), "--num_images", "16",
+                                   "--csv", str(tmp_path / "runs.csv")])
   attention_by_run.main()
-  table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+  printed = capsys.readouterr()
+  assert f"skipped {running_dir}: checkpoint step 4, test accuracy logged at step 6" in (
+      printed.err)
+  table = [line for line in printed.out.splitlines() if line.startswith("| ")]
   accuracy = inspect.read_metrics(relu_dir)["test/prec@1"][1][-1]
-  assert [line.split(" | ")[:4] for line in table[1:]] == [  # sorted by attention
-      ["| relu", "1", "0", f"{accuracy:.3f}"], ["| softmax", "-", "0", f"{accuracy:.3f}"]]
+  assert [line.split(" | ")[:6] for line in table[1:]] == [  # sorted by attention
+      ["| relu", "on", "off", "1", "0", f"{accuracy:.3f}"],
+      ["| softmax", "on", "off", "-", "0", f"{accuracy:.3f}"]]
   tool_rows = _read_csv(tmp_path / "runs.csv")
   assert [(r["run"], r["layer"]) for r in tool_rows] == [
       ("relu", "0"), ("relu", "1"), ("softmax", "0"), ("softmax", "1")]

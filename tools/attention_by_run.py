@@ -11,18 +11,18 @@ attention still moves information between tokens:
 with the run's final test accuracy from its metrics.jsonl. docs/reproduction.md ("Why large
 alpha fails at L = 196") was made with
 
-    python tools/attention_by_run.py \
-        workdirs/repro/runs/mnist_vit-S-p2-*-qk_norm-nogated-seed0 \
-        --csv docs/reproduction/attention_by_run.csv
+    python tools/attention_by_run.py workdirs/repro/runs/mnist_vit-S-p2-* \
+        --csv docs/reproduction/attention_by_run.csv > docs/reproduction/attention_by_run.md
 
-(the workdirs of the study's runs: checkpoints are not archived, so this needs the machine
-that trained them, or the runs retrained by `bash launch/repro.sh`).
+(the workdirs of the study's finished runs at L = 196 that were still on disk: checkpoints
+are not archived, so this needs the machine that trained them, or the runs retrained).
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import pathlib
+import sys
 
 from big_vision_relu import inspect
 
@@ -33,15 +33,21 @@ COLUMNS = (("attention / residual", "attention_to_residual", "{:.3f}"),
 ACCURACY = "test/prec@1"
 
 
-def run_row(workdir: str, num_images: int) -> dict[str, object]:
-  """The run's attention, seqlen_alpha, seed, final test accuracy and per-layer statistics
-  (lists, one value per layer)."""
+def run_row(workdir: str, num_images: int) -> dict[str, object] | None:
+  """The run's attention, seqlen_alpha, qk_norm, gated, seed, final test accuracy and per-layer
+  statistics (lists, one value per layer); None if its newest checkpoint has no accuracy (a
+  run still training)."""
   run = inspect.load_run(workdir)
+  steps, accuracies = inspect.read_metrics(workdir)[ACCURACY]
+  if steps[-1] != run.step:
+    print(f"skipped {workdir}: checkpoint step {run.step}, test accuracy logged at step "
+          f"{steps[-1]} (still training?)", file=sys.stderr)
+    return None
   images, _ = inspect.eval_examples(run, num_images)
   table = inspect.layer_table(inspect.run_model(run, images))
-  _, accuracies = inspect.read_metrics(workdir)[ACCURACY]
   return {"run": pathlib.Path(workdir).name, "attention": run.model.attention,
-          "alpha": run.model.seqlen_alpha, "seed": run.config["seed"], "step": run.step,
+          "alpha": run.model.seqlen_alpha, "qk_norm": run.model.qk_norm,
+          "gated": run.model.gated, "seed": run.config["seed"], "step": run.step,
           ACCURACY: float(accuracies[-1]),
           **{stat: [row[stat] for row in table] for _, stat, _ in COLUMNS}}
 
@@ -54,25 +60,27 @@ def main() -> None:
   parser.add_argument("--csv", type=pathlib.Path, help="also write one line per run and layer")
   args = parser.parse_args()
 
-  rows = sorted((run_row(workdir, args.num_images) for workdir in args.workdirs),
-                key=lambda r: (r["attention"], r["alpha"], r["seed"]))
+  rows = sorted(filter(None, (run_row(workdir, args.num_images) for workdir in args.workdirs)),
+                key=lambda r: (r["attention"], not r["qk_norm"], r["gated"], r["alpha"],
+                               r["seed"]))
   print(f"Per layer (0 to last), on the first {args.num_images} eval images of each run.\n")
-  print("| attention | alpha | seed | test acc | " + " | ".join(c for c, _, _ in COLUMNS) + " |")
-  print("|---" * (4 + len(COLUMNS)) + "|")
+  print("| attention | qk-LN | gate | alpha | seed | test acc | "
+        + " | ".join(c for c, _, _ in COLUMNS) + " |")
+  print("|---" * (6 + len(COLUMNS)) + "|")
   for row in rows:
     cells = [" / ".join(fmt.format(v) for v in row[stat]) for _, stat, fmt in COLUMNS]
     alpha = "-" if row["attention"] == "softmax" else f"{row['alpha']:g}"  # softmax has none
-    print(f"| {row['attention']} | {alpha} | {row['seed']} | {row[ACCURACY]:.3f} | "
+    flags = " | ".join("on" if row[flag] else "off" for flag in ("qk_norm", "gated"))
+    print(f"| {row['attention']} | {flags} | {alpha} | {row['seed']} | {row[ACCURACY]:.3f} | "
           + " | ".join(cells) + " |")
   if args.csv:
     with open(args.csv, "w", newline="") as f:
       writer = csv.writer(f)
-      writer.writerow(["run", "attention", "alpha", "seed", "step", ACCURACY, "layer",
-                       *(stat for _, stat, _ in COLUMNS)])
+      keys = ("run", "attention", "qk_norm", "gated", "alpha", "seed", "step", ACCURACY)
+      writer.writerow([*keys, "layer", *(stat for _, stat, _ in COLUMNS)])
       for row in rows:
         for layer, values in enumerate(zip(*(row[stat] for _, stat, _ in COLUMNS))):
-          writer.writerow([row["run"], row["attention"], row["alpha"], row["seed"], row["step"],
-                           row[ACCURACY], layer, *values])
+          writer.writerow([*(row[key] for key in keys), layer, *values])
 
 
 if __name__ == "__main__":
