@@ -169,17 +169,14 @@ def test_attention_share_is_the_attention_branch(scan):
       flat[(*projection, name)] = factor * flat[(*projection, name)]
     run = inspect.Run(model, traverse_util.unflatten_dict(flat), None, None, "mem")
     scaled[factor] = inspect.run_model(run, images)
+  shares = {factor: [row["attention_to_residual"] for row in
+                     inspect.attention_shares(out.attention_outputs, out.block_inputs)]
+            for factor, out in scaled.items()}
   plain = scaled[1.0]
   assert [a.shape for a in plain.attention_outputs] == [(3, 9, 32)] * 2  # [n, 3x3, width]
-  shares = [row["attention_to_residual"] for row in
-            inspect.attention_shares(plain.attention_outputs, plain.block_inputs)]
-  assert all(share > 0 for share in shares)
-  (zero,) = inspect.attention_shares(scaled[0.0].attention_outputs[:1],
-                                     scaled[0.0].block_inputs[:1])
-  assert zero["attention_to_residual"] == 0
-  (double,) = inspect.attention_shares(scaled[2.0].attention_outputs[:1],
-                                       scaled[2.0].block_inputs[:1])
-  assert double["attention_to_residual"] == pytest.approx(2 * shares[0], rel=1e-5)
+  assert all(share > 0 for share in shares[1.0])
+  assert shares[0.0][0] == 0
+  assert shares[2.0][0] == pytest.approx(2 * shares[1.0][0], rel=1e-5)
   np.testing.assert_allclose(scaled[2.0].block_inputs[0], plain.block_inputs[0], rtol=1e-5,
                              atol=1e-6)  # layer 0's input: the embedded patches, unchanged
 
