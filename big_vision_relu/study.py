@@ -21,13 +21,13 @@ last step (report's rule), or when its trainer stopped on a non-finite loss (the
 writes `DIVERGED` into its workdir: a result, not retried). Anything else is (re)started; the
 trainer resumes it from its last checkpoint in `<root>`. SIGTERM / SIGINT
 to the study are passed to the running trainers, which checkpoint and exit; if the study dies
-without that, the kernel sends its trainers SIGTERM (PR_SET_PDEATHSIG). A lock file keeps a
+without that, the kernel sends its trainers SIGTERM (PR_SET_PDEATHSIG, set by
+big_vision_relu.pinned, which starts each trainer on its core). A lock file keeps a
 second study from training the same runs. A run that fails is logged and skipped until the next
 start of the study (its log: `<root>/runs/<run id>/train.log`).
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import fcntl
 import os
@@ -47,8 +47,6 @@ from absl import app, flags, logging
 from big_vision_relu import report, repro
 from big_vision_relu import sweep as sweep_lib
 
-_PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only calls prctl
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,15 +124,6 @@ def link_sweep_dirs(archive: pathlib.Path, item: PlannedRun) -> None:
       link.symlink_to(pathlib.Path("..") / "runs" / item.run.run_id)
 
 
-def _pin_and_die_with_parent(core: int | None, niceness: int):
-  def prepare() -> None:  # runs in the child between fork and exec: system calls only
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if core is not None:
-      os.sched_setaffinity(0, {core})
-    os.nice(niceness)
-  return prepare
-
-
 def _nonfinite_error(log: pathlib.Path) -> str | None:
   """The trainer's non-finite-loss error from the end of its log, None if it stopped otherwise."""
   with open(log, "rb") as f:
@@ -156,9 +145,13 @@ class Study:
     self._lock = threading.Lock()
     self.failed: list[str] = []
 
-  def command(self, run: sweep_lib.Run) -> list[str]:
+  def command(self, run: sweep_lib.Run, core: int | None) -> list[str]:
+    """The trainer of `run`, started through big_vision_relu.pinned on `core`."""
     config = run.config_arg + (f",{self.extra_config_args}" if self.extra_config_args else "")
-    return [sys.executable, "-m", "big_vision_relu.train", "--config", config,
+    pinned = [sys.executable, "-m", "big_vision_relu.pinned", f"--niceness={self.niceness}"]
+    if core is not None:
+      pinned.append(f"--core={core}")
+    return [*pinned, "--", sys.executable, "-m", "big_vision_relu.train", "--config", config,
             "--workdir", str(run_dir(self.root, run))]
 
   def stop(self, *_: Any) -> None:
@@ -177,10 +170,8 @@ class Study:
       with self._lock:
         if self._stopping.is_set():
           return
-        # The pre-exec hook makes system calls only, so forking from a thread is safe here.
-        child = subprocess.Popen(
-            self.command(item.run), stdout=log, stderr=subprocess.STDOUT, env=env,
-            preexec_fn=_pin_and_die_with_parent(core, self.niceness))  # noqa: PLW1509
+        child = subprocess.Popen(self.command(item.run, core), stdout=log,
+                                 stderr=subprocess.STDOUT, env=env)
         self._children.add(child)
       code = child.wait()
       with self._lock:
