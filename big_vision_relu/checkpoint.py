@@ -40,6 +40,7 @@ import os
 import time
 from typing import Any, NamedTuple
 
+import jax
 import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
@@ -229,3 +230,32 @@ class Checkpointer:
 
   def __exit__(self, *exc: object) -> None:
     self.close()
+
+
+def read_state(step_dir: epath.PathLike, sharding: jax.sharding.Sharding) -> Any:
+  """The ``state`` saved in one step directory ``<directory>/<step>``, read-only.
+
+  For tools that inspect a checkpoint without the trainer's set-up (``big_vision_relu.inspect``):
+  the target is the checkpoint's own tree, every array placed with ``sharding``, so neither
+  the model nor the optimizer is needed, whatever mesh wrote it. Raises ValueError or OSError
+  if the step cannot be read; nothing on disk is changed.
+  """
+  path = epath.Path(step_dir)
+  if "://" not in str(path):  # orbax wants local paths absolute; gs:// ones stay as they are
+    path = path.absolute()
+  # Handlers for both items, so that orbax knows the layout (and does not warn about it).
+  handler = ocp.CompositeCheckpointHandler(
+    state=ocp.StandardCheckpointHandler(), extra=ocp.JsonCheckpointHandler()
+  )
+  with ocp.Checkpointer(handler) as checkpointer:
+    metadata = checkpointer.metadata(path).item_metadata
+    if metadata is None or metadata.get("state") is None:
+      raise ValueError(f"{path} is not a checkpoint step with a 'state' item.")
+    target = jax.tree.map(
+      lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
+      metadata["state"],
+    )
+    restored = checkpointer.restore(
+      path, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
+    )
+  return restored.state

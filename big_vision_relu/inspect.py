@@ -94,25 +94,6 @@ def checkpoint_steps(workdir: str | epath.PathLike) -> list[int]:
   return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
 
 
-def _restore_params(step_dir: epath.Path) -> Any:
-  """The `params` of an orbax state checkpoint, on this process's first device.
-
-  The target is built from the checkpoint's own metadata, so this needs neither the optimizer
-  nor the training data, and works whatever mesh wrote it. Read-only (unlike the trainer's
-  `Checkpointer`, which moves unreadable steps aside).
-  """
-  import orbax.checkpoint as ocp  # slow import, only needed here
-  path = step_dir / "state"
-  if "://" not in str(path):  # orbax wants local paths absolute; gs:// ones stay as they are
-    path = path.absolute()
-  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  with ocp.StandardCheckpointer() as checkpointer:
-    metadata = checkpointer.metadata(path).item_metadata
-    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                          metadata)
-    return checkpointer.restore(path, target)["params"]
-
-
 def load_run(workdir: str | epath.PathLike, step: int | None = None) -> Run:
   """Loads a training workdir: `config.json`, the model it describes and a checkpoint's params.
 
@@ -121,7 +102,9 @@ def load_run(workdir: str | epath.PathLike, step: int | None = None) -> Run:
     step: the checkpoint step; None: the newest readable one (an unreadable newer step is
       skipped with a warning; nothing on disk is changed).
   """
-  # Imported here: the trainer imports this module (through the attention_stats evaluator).
+  # Imported here: the trainer imports this module (through the attention_stats evaluator),
+  # and orbax (checkpoint) is a slow import needed only here.
+  from big_vision_relu import checkpoint as checkpoint_lib
   from big_vision_relu import evaluate as evaluate_lib
   from big_vision_relu import train as train_lib
   config = evaluate_lib.load_run_config(str(workdir))
@@ -131,10 +114,12 @@ def load_run(workdir: str | epath.PathLike, step: int | None = None) -> Run:
     raise FileNotFoundError(f"No checkpoint step {step} in {workdir}/checkpoints; steps: "
                             f"{steps or 'none'}.")
   candidates = [step] if step is not None else steps[::-1]
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   errors = []
   for candidate in candidates:
     try:
-      params = _restore_params(epath.Path(workdir) / "checkpoints" / str(candidate))
+      params = checkpoint_lib.read_state(epath.Path(workdir) / "checkpoints" / str(candidate),
+                                         device)["params"]
     except (ValueError, OSError) as e:
       if step is not None:
         raise

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from big_vision_relu.checkpoint import Checkpointer
+from big_vision_relu.checkpoint import Checkpointer, read_state
 
 
 # When a read fails, orbax leaves some of its read coroutines un-awaited, and tensorstore may
@@ -175,6 +175,28 @@ def test_mismatched_target_is_an_error_not_a_fallback(tmp_path, _collect_orbax_g
       ckpt.restore_latest(target)
     assert ckpt.all_steps() == [1, 2]  # good checkpoints are never moved
   assert not list(tmp_path.glob("*.corrupt-*"))
+
+
+def test_read_state_needs_no_target_and_warns_of_nothing(tmp_path, monkeypatch, caplog):
+  _save_steps(tmp_path / "checkpoints", [1, 2])
+  monkeypatch.chdir(tmp_path)  # a relative step directory, as a user would type it
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[1])
+  with caplog.at_level(logging.WARNING):
+    state = read_state("checkpoints/2", device)
+  assert not caplog.records, [r.getMessage() for r in caplog.records]
+  _assert_identical(state, _state(2))
+  assert {leaf.sharding for leaf in jax.tree.leaves(state)} == {device}
+
+
+def test_read_state_of_a_damaged_step_raises_and_moves_nothing(_collect_orbax_garbage, tmp_path):
+  _save_steps(tmp_path, [1, 2])
+  _truncate_data_files(tmp_path / "2")
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  with pytest.raises((ValueError, OSError)):
+    read_state(tmp_path / "2", device)
+  with pytest.raises(ValueError, match="not a checkpoint step"):
+    read_state(tmp_path / "2" / "state", device)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2"]
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ headlessly on a workdir trained here."""
 import csv
 import json
 import math
+import os
 import shutil
 
 import jax
@@ -272,6 +273,13 @@ def test_notebook_and_tool_on_a_trained_workdir(offline_data_dir, tmp_path, monk
   run = inspect.load_run(relu_dir)
   assert run.step == 6 and run.model.attention == "relu" and run.model.depth == 2
   assert inspect.load_run(relu_dir, step=4).step == 4
+  # A damaged newest step is skipped (with a warning) and left where it is.
+  damaged_dir = tmp_path / "damaged"
+  shutil.copytree(relu_dir, damaged_dir)
+  for data_file in (damaged_dir / "checkpoints" / "6" / "state" / "d").iterdir():
+    os.truncate(data_file, data_file.stat().st_size // 2)
+  assert inspect.load_run(damaged_dir).step == 4
+  assert inspect.checkpoint_steps(damaged_dir) == [4, 6]
   # The softmax side: the same trained parameters read as a softmax model (the parameter trees
   # are equal), so the notebook's comparison needs no second training run.
   softmax_dir = tmp_path / "softmax"
