@@ -12,6 +12,7 @@ from conftest import ROOT
 
 from big_vision_relu import report, repro, study
 from big_vision_relu import sweep as sweep_lib
+from big_vision_relu.models.attention import ACTIVATIONS
 
 SWEEPS = [f"configs/repro/fig{i}.py" for i in range(1, 5)]
 
@@ -39,6 +40,15 @@ def test_plan_trains_each_run_once_in_phase_order_with_all_its_sweeps():
   last_short = max(i for i, p in enumerate(planned) if p.run.args["patch"] == 4)
   first_long = min(i for i, p in enumerate(planned) if p.run.args["patch"] == 2)
   assert last_short < first_long
+  # At L = 196 every attention gets its seeds (alpha 0 and 1) before any other alpha: softmax's
+  # and relu's first, then the activations in SEEDED_ACTIVATIONS_ORDER.
+  seeded = [p for p in planned if p.run.args["patch"] == 2 and p.run.args["seed"] > 0]
+  first_fine = min(i for i, p in enumerate(planned)
+                   if p.run.args["patch"] == 2 and p.run.args["alpha"] in (0.25, 0.75, 1.25))
+  assert max(planned.index(p) for p in seeded) < first_fine
+  order = list(dict.fromkeys(p.run.args["attention"] for p in seeded))
+  assert order == ["softmax", "relu", *repro.SEEDED_ACTIVATIONS_ORDER]
+  assert set(order) == {"softmax", *ACTIVATIONS}
 
 
 def test_plan_rejects_a_phase_selecting_on_an_unknown_argument():
