@@ -48,7 +48,6 @@ from big_vision_relu import report, repro
 from big_vision_relu import sweep as sweep_lib
 
 
-
 @dataclasses.dataclass(frozen=True)
 class PlannedRun:
   run: sweep_lib.Run
