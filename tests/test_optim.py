@@ -105,10 +105,18 @@ def _bf16(x):
   return np.asarray(x, np.float64).astype(ml_dtypes.bfloat16).astype(np.float64)
 
 
+def _kernel_only(path):
+  return 1.0 if path.endswith("/kernel") else 0.0
+
+
 def _np_reference(
-  params, grads_seq, *, lr, wd, clip, b1, b2, eps, warmup, total, wd_mult, lr_mult, mu_bf16=False
+  params, grads_seq, *, total, lr=0.1, wd=0.05, clip=1.0, b1=0.9, b2=0.999, eps=1e-8, warmup=3,
+  wd_mult=_kernel_only, lr_mult=lambda path: 1.0, mu_bf16=False
 ):
-  """Float64 big_vision update: clip -> adam -> x lr*lr_mult -> + wd*mult*p -> x sched -> x -1."""
+  """Float64 big_vision update: clip -> adam -> x lr*lr_mult -> + wd*mult*p -> x sched -> x -1.
+
+  The defaults are `_config()`'s hyper-parameters.
+  """
   p = {k: v.astype(np.float64) for k, v in params.items()}
   mu = {k: np.zeros_like(v) for k, v in p.items()}
   nu = {k: np.zeros_like(v) for k, v in p.items()}
@@ -137,29 +145,13 @@ def _np_reference(
   return p
 
 
-def _kernel_only(path):
-  return 1.0 if path.endswith("/kernel") else 0.0
-
-
 @pytest.mark.parametrize("x64,tol", [(True, 1e-10), (False, 1e-5)])
 def test_chain_matches_numpy_reference(x64, tol):
   params, grads = _params(), _grads(6)
   cfg = _config(lr_mults=[("head/.*", 0.5)])
   got, _ = _run(cfg, params, grads, total_steps=8, x64=x64)
-  want = _np_reference(
-    params,
-    grads,
-    lr=0.1,
-    wd=0.05,
-    clip=1.0,
-    b1=0.9,
-    b2=0.999,
-    eps=1e-8,
-    warmup=3,
-    total=8,
-    wd_mult=_kernel_only,
-    lr_mult=lambda k: 0.5 if k.startswith("head/") else 1.0,
-  )
+  want = _np_reference(params, grads, total=8,
+                       lr_mult=lambda k: 0.5 if k.startswith("head/") else 1.0)
   # The grads have norm ~ 2*sqrt(47) > 1, so the clip is active at every step.
   assert math.sqrt(sum(float(np.sum(v**2)) for v in grads[0].values())) > 1.0
   for k in SHAPES:
@@ -218,20 +210,8 @@ def test_mu_dtype_bfloat16_is_honoured():
   )
   assert {x.dtype for x in jax.tree.leaves(adam.mu)} == {jnp.dtype(jnp.bfloat16)}
   assert {x.dtype for x in jax.tree.leaves(adam.nu)} == {jnp.dtype(jnp.float64)}
-  kw = dict(
-    lr=0.1,
-    wd=0.05,
-    clip=1.0,
-    b1=0.9,
-    b2=0.999,
-    eps=1e-8,
-    warmup=3,
-    total=8,
-    wd_mult=_kernel_only,
-    lr_mult=lambda k: 1.0,
-  )
-  want_bf16 = _np_reference(params, grads, mu_bf16=True, **kw)
-  want_f32 = _np_reference(params, grads, mu_bf16=False, **kw)
+  want_bf16 = _np_reference(params, grads, total=8, mu_bf16=True)
+  want_f32 = _np_reference(params, grads, total=8, mu_bf16=False)
   for k in SHAPES:
     np.testing.assert_allclose(got[k], want_bf16[k], rtol=1e-10, atol=1e-10, err_msg=k)
   # ... and the bf16 rounding is visible, so the check above can tell the two apart.
@@ -315,16 +295,8 @@ def test_frozen_params_unchanged_and_stateless():
   want = _np_reference(
     {k: v for k, v in params.items() if k.startswith("head/")},
     [{k: v for k, v in g.items() if k.startswith("head/")} for g in grads],
-    lr=0.1,
-    wd=0.05,
-    clip=1.0,
-    b1=0.9,
-    b2=0.999,
-    eps=1e-8,
     warmup=1,
     total=10,
-    wd_mult=_kernel_only,
-    lr_mult=lambda k: 1.0,
   )
   for k in ("head/kernel", "head/bias"):
     np.testing.assert_allclose(got[k], want[k], rtol=1e-10, atol=1e-10, err_msg=k)
