@@ -49,6 +49,12 @@ def test_plan_trains_each_run_once_in_phase_order_with_all_its_sweeps():
   order = list(dict.fromkeys(p.run.args["attention"] for p in seeded))
   assert order == ["softmax", "relu", *repro.SEEDED_ACTIVATIONS_ORDER]
   assert set(order) == {"softmax", *ACTIVATIONS}
+  # The study ends with relu6's other alphas at L = 196, after Figures 3 and 4's.
+  twin_fine = [planned.index(p) for p in planned if p.run.args["patch"] == 2
+               and p.run.args["attention"] == repro.RELU_TWIN and p.run.args["seed"] == 0
+               and p.run.args["alpha"] in (0.25, 0.75, 1.25)]
+  assert sorted(twin_fine) == list(range(len(planned) - 3, len(planned)))
+  assert planned[-4].sweeps == ("configs/repro/fig4.py",)
 
 
 def test_plan_rejects_a_phase_selecting_on_an_unknown_argument():
