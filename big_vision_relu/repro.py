@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from big_vision_relu import recipes
-from big_vision_relu.sweep import FigureSpec, Run
+from big_vision_relu.sweep import FigureSpec, Grid, Run
 
 CONFIG = "configs/repro/mnist_vit.py"
 SIZES = ("Ti", "S", "B")  # Figure 1's model sizes; Figures 2-4 use S
@@ -25,8 +25,8 @@ RELU_TWIN = "relu6"
 # The order in which the activations get their seeds at L = 196 (relu's come first, with
 # softmax's).
 SEEDED_ACTIVATIONS_ORDER = ("relu2", "gelu", "softplus", "identity", "sigmoid", RELU_TWIN)
-_DEFAULTS = dict(size="S", patch=4, attention="relu", alpha=1.0, qk_norm=True, gated=False,
-                 seed=0)
+GRID = Grid(CONFIG, dict(size="S", patch=4, attention="relu", alpha=1.0, qk_norm=True,
+                         gated=False, seed=0))
 
 FIGURE = FigureSpec(
     accuracy_metric="test/prec@1", accuracy_label="mnist5k test accuracy",
@@ -38,13 +38,7 @@ FIGURE = FigureSpec(
 def run(**args: Any) -> Run:
   """A run of the study: `args` override the defaults (S, patch 4, relu, alpha 1, qk-LN on,
   no gate, seed 0). Softmax takes no alpha, so its alpha is always 1 (one run id)."""
-  unknown = set(args) - set(_DEFAULTS)
-  if unknown:
-    raise ValueError(f"Unknown study arguments {sorted(unknown)}; valid: {list(_DEFAULTS)}.")
-  values = {**_DEFAULTS, **args}
-  if values["attention"] == "softmax":
-    values["alpha"] = 1.0
-  return Run(CONFIG, values)
+  return GRID.run(**args)
 
 
 def ablation(flag: str) -> list[Run]:

@@ -1,10 +1,12 @@
-r"""Runs the miniature reproduction (big_vision_relu.repro) to completion, across sessions.
+r"""Runs a study (a plan of phases of sweep runs) to completion, across sessions.
 
-    python -m big_vision_relu.study --root workdirs/repro --archive results/repro  # run / resume
-    python -m big_vision_relu.study --root workdirs/repro --archive results/repro --status
-    bash launch/repro.sh                     # the same, in the background
+    python -m big_vision_relu.study --plan fmnist --root workdirs/fmnist \
+        --archive results/fmnist --commit COMMIT      # run / resume, trainers pinned to COMMIT
+    python -m big_vision_relu.study --plan repro --root workdirs/repro --archive results/repro
+    bash launch/study.sh fmnist / bash launch/repro.sh    # the same, in the background
 
-The plan is repro.PHASES in order, each run once (a run shared by several figures is trained
+Plans: `repro` (the MNIST-5k study, big_vision_relu.repro) and `fmnist` (the Fashion-MNIST
+study, big_vision_relu.fmnist). The plan is its PHASES in order, each run once (a run shared by several figures is trained
 once, in `<root>/runs/<run id>`). `--workers` runs train in parallel, each pinned to its own CPU
 core (on this 2-core machine two pinned runs do ~20% more work than one run on both cores, and
 a run's core hours are then its own CPU time).
@@ -15,6 +17,12 @@ any, but no checkpoints, to `<archive>/runs/<run id>`, and links it from each of
 directories `<archive>/<sweep>/<run id>`, which is where `big_vision_relu.report --root
 <archive>` looks. The study may take more sessions than a workdir lives: a run in the archive is
 never trained again, whatever became of `<root>`.
+
+Pinned code (`--commit`): the trainers run from a git worktree of this repository at that commit
+(`<root>/code`, made on first use), so changes on main never change a study mid-way; a worktree
+at another commit is an error, not replaced. The archive's `study.json` records the commit and
+the first start refuses any other; each archived run gets `provenance.json` (the commit and the
+machine: CPU model, cores, JAX backend and device kind).
 
 Stopping and resuming: a run is done when it is in the archive, or when its metrics reach its
 last step (report's rule), or when its trainer stopped on a non-finite loss (the study then
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import json
 import os
 import pathlib
 import queue
@@ -44,8 +53,12 @@ from typing import Any
 
 from absl import app, flags, logging
 
-from big_vision_relu import report, repro
+from big_vision_relu import fmnist, report, repro
 from big_vision_relu import sweep as sweep_lib
+
+PLANS = {"repro": repro, "fmnist": fmnist}
+STUDY_FILE = "study.json"  # in the archive: the plan and the pinned commit
+PROVENANCE_FILE = "provenance.json"  # in each archived run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,9 +112,26 @@ def status(root: pathlib.Path, archive: pathlib.Path, run: sweep_lib.Run) -> str
   return archived if archived in DONE else report.collect_run(run, run_dir(root, run)).status
 
 
-def archive_run(root: pathlib.Path, archive: pathlib.Path, item: PlannedRun) -> None:
+def machine() -> dict[str, Any]:
+  """What this machine is, for the provenance of the runs trained on it."""
+  cpu = "unknown"
+  try:
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+      if line.startswith("model name"):
+        cpu = line.split(":", 1)[1].strip()
+        break
+  except OSError:
+    pass
+  import jax  # pylint: disable=g-import-not-at-top  (the study itself needs no accelerator)
+  return {"cpu": cpu, "cores": os.cpu_count(), "jax_backend": jax.default_backend(),
+          "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__}
+
+
+def archive_run(root: pathlib.Path, archive: pathlib.Path, item: PlannedRun,
+                provenance: dict[str, Any] | None = None) -> None:
   """Copies a done run's ARCHIVED_FILES to the archive (replacing any older copy whole: the new
-  one is complete before it is renamed into place) and links it from its sweeps' directories."""
+  one is complete before it is renamed into place), with `provenance` (commit, machine) as
+  provenance.json, and links it from its sweeps' directories."""
   target = archived_dir(archive, item.run)
   partial = target.with_name(target.name + ".partial")
   shutil.rmtree(partial, ignore_errors=True)
@@ -109,6 +139,8 @@ def archive_run(root: pathlib.Path, archive: pathlib.Path, item: PlannedRun) -> 
   for name in ARCHIVED_FILES:
     if (run_dir(root, item.run) / name).exists():
       shutil.copy2(run_dir(root, item.run) / name, partial / name)
+  if provenance is not None:
+    (partial / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")
   shutil.rmtree(target, ignore_errors=True)
   partial.rename(target)
   link_sweep_dirs(archive, item)
@@ -136,9 +168,12 @@ class Study:
   """Trains the planned runs that are not finished, `workers` at a time."""
 
   def __init__(self, root: pathlib.Path, archive: pathlib.Path, planned: Sequence[PlannedRun],
-               *, workers: int, extra_config_args: str, niceness: int):
+               *, workers: int, extra_config_args: str, niceness: int,
+               code: pathlib.Path | None = None, commit: str | None = None):
     self.root, self.archive, self.planned, self.workers = root, archive, planned, workers
     self.extra_config_args, self.niceness = extra_config_args, niceness
+    self.code = code  # the pinned worktree the trainers run from (None: this checkout)
+    self.provenance = None if commit is None else {"commit": commit, "machine": machine()}
     self._stopping = threading.Event()
     self._children: set[subprocess.Popen] = set()
     self._lock = threading.Lock()
@@ -164,13 +199,16 @@ class Study:
     workdir = run_dir(self.root, item.run)
     workdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(self.root / "jax_cache")}
+    if self.code is not None:  # the pinned code, ahead of any installed copy of the package
+      env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.code),
+                                                         env.get("PYTHONPATH")]))
     started = time.monotonic()
     with open(workdir / "train.log", "ab") as log:
       with self._lock:
         if self._stopping.is_set():
           return
         child = subprocess.Popen(self.command(item.run, core), stdout=log,
-                                 stderr=subprocess.STDOUT, env=env)
+                                 stderr=subprocess.STDOUT, env=env, cwd=self.code)
         self._children.add(child)
       code = child.wait()
       with self._lock:
@@ -178,13 +216,13 @@ class Study:
     minutes = (time.monotonic() - started) / 60
     state = status(self.root, self.archive, item.run)
     if code == 0 and state == "finished":
-      archive_run(self.root, self.archive, item)
+      archive_run(self.root, self.archive, item, self.provenance)
       logging.info("finished %s (%.1f min)", item.run.run_id, minutes)
     elif self._stopping.is_set():
       logging.info("stopped %s (%s; resumes from its checkpoint)", item.run.run_id, state)
     elif diverged := _nonfinite_error(workdir / "train.log"):
       (workdir / report.DIVERGED_FILE).write_text(diverged + "\n")
-      archive_run(self.root, self.archive, item)
+      archive_run(self.root, self.archive, item, self.provenance)
       logging.warning("DIVERGED %s (not retried): %s", item.run.run_id, diverged)
     else:
       logging.error("FAILED %s: exit code %d, %s; see %s", item.run.run_id, code, state,
@@ -198,7 +236,7 @@ class Study:
       if report.collect_run(item.run, archived_dir(self.archive, item.run)).status in DONE:
         continue
       if report.collect_run(item.run, run_dir(self.root, item.run)).status in DONE:
-        archive_run(self.root, self.archive, item)  # done before a study stopped
+        archive_run(self.root, self.archive, item, self.provenance)  # done before a stop
       else:
         pending.append(item)
     for item in pending[:max_runs]:
@@ -221,6 +259,43 @@ class Study:
       thread.start()
     for thread in threads:
       thread.join()
+
+
+def pinned_worktree(root: pathlib.Path, archive: pathlib.Path, plan_name: str,
+                    commit: str) -> tuple[pathlib.Path, str]:
+  """(`<root>/code`, the full commit): a detached git worktree of this repository at `commit`,
+  made if missing. The archive's study.json pins the study to its first commit: another commit,
+  or a worktree at another commit, raises SystemExit saying what to do."""
+  repo = pathlib.Path(__file__).resolve().parents[1]
+
+  def git(*args: str, cwd: pathlib.Path = repo) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
+  try:
+    full = git("rev-parse", "--verify", f"{commit}^{{commit}}")
+  except subprocess.CalledProcessError:
+    raise SystemExit(f"--commit {commit!r} is not a commit of {repo}.") from None
+  record = archive / STUDY_FILE
+  if record.exists():
+    pinned = json.loads(record.read_text())
+    if pinned["commit"] != full or pinned["plan"] != plan_name:
+      raise SystemExit(f"{record} pins this study to plan {pinned['plan']!r} at commit "
+                       f"{pinned['commit']}; got plan {plan_name!r} at {full}. Resume with "
+                       f"--commit {pinned['commit']}, or start a new study in another archive.")
+  code = root / "code"
+  if code.exists():
+    current = git("rev-parse", "HEAD", cwd=code)
+    if current != full:
+      raise SystemExit(f"{code} is a worktree at {current}, not {full}: the study's trainers "
+                       f"must not change code mid-way. Remove it (git worktree remove {code}) "
+                       "only if no run of this root was trained from it.")
+  else:
+    git("worktree", "prune")
+    git("worktree", "add", "--detach", str(code), full)
+  if not record.exists():
+    archive.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"plan": plan_name, "commit": full}, indent=1) + "\n")
+  return code, full
 
 
 def _acquire_lock(root: pathlib.Path):
@@ -254,16 +329,19 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments {argv[1:]}.")
   root, archive = pathlib.Path(FLAGS.root).absolute(), pathlib.Path(FLAGS.archive).absolute()
-  phases = repro.PHASES if FLAGS.phases is None else [repro.PHASES[int(i)]
-                                                       for i in FLAGS.phases]
+  all_phases = PLANS[FLAGS.plan].PHASES
+  phases = all_phases if FLAGS.phases is None else [all_phases[int(i)] for i in FLAGS.phases]
   planned = plan(phases)
   root.mkdir(parents=True, exist_ok=True)
   if FLAGS.status:
     print_status(root, archive, planned, phases)
     return
   lock = _acquire_lock(root)
+  code, commit = (None, None) if FLAGS.commit is None else pinned_worktree(
+      root, archive, FLAGS.plan, FLAGS.commit)
   study = Study(root, archive, planned, workers=FLAGS.workers,
-                extra_config_args=FLAGS.config_args, niceness=FLAGS.nice)
+                extra_config_args=FLAGS.config_args, niceness=FLAGS.nice, code=code,
+                commit=commit)
   signal.signal(signal.SIGTERM, study.stop)
   signal.signal(signal.SIGINT, study.stop)
   study.run(FLAGS.max_runs)
@@ -274,6 +352,9 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
   FLAGS = flags.FLAGS
+  flags.DEFINE_enum("plan", "repro", list(PLANS), "The study: its phases and sweeps.")
+  flags.DEFINE_string("commit", None, "Train from a worktree of the repository at this commit "
+                      "(recorded in the archive and in every archived run).")
   flags.DEFINE_string("root", None, "Workdir root of the study (checkpoints, logs).",
                       required=True)
   flags.DEFINE_string("archive", None, "Where done runs' results are kept (launch/repro.sh: "
@@ -283,7 +364,8 @@ if __name__ == "__main__":
                        "(1: no pinning).")
   flags.DEFINE_integer("nice", 10, "Niceness of the trainers, so interactive work goes first "
                        "(their core hours are CPU time, so they stay right).")
-  flags.DEFINE_list("phases", None, "Only these phase indices of repro.PHASES (default: all).")
+  flags.DEFINE_list("phases", None, "Only these phase indices of the plan's PHASES (default: "
+                    "all).")
   flags.DEFINE_integer("max_runs", None, "Stop after starting this many runs.")
   flags.DEFINE_string("config_args", "", "Appended to every run's config argument, e.g. "
                       "'runlocal' for a smoke study (use another --root).")

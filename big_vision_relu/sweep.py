@@ -35,6 +35,8 @@ def _short(key: str, value: Any) -> str:
     return f"p{value}"
   if key == "seed":
     return f"seed{value}"
+  if key == "epochs":
+    return f"e{value}"
   return str(value)
 
 
@@ -54,6 +56,26 @@ class Run:
     """e.g. 'i21k-S16-relu-a1-qk_norm-nogated' for vit_i21k.py with those args."""
     stem = pathlib.Path(self.config).stem.removeprefix("vit_")
     return "-".join([stem, *(_short(k, v) for k, v in self.args.items())])
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """A study's runs: one config with every study argument spelled out, in the order of
+  `defaults`, so that a run shared by several figures has one run id and is trained once."""
+  config: str
+  defaults: Mapping[str, Any]
+
+  def run(self, **args: Any) -> Run:
+    """The run with `args` overriding the defaults. Softmax takes no alpha, so its alpha is
+    always the default's (one run id)."""
+    unknown = set(args) - set(self.defaults)
+    if unknown:
+      raise ValueError(f"Unknown study arguments {sorted(unknown)}; valid: "
+                       f"{list(self.defaults)}.")
+    values = {**self.defaults, **args}
+    if values.get("attention") == "softmax":
+      values["alpha"] = self.defaults["alpha"]
+    return Run(self.config, values)
 
 
 def relu_ablation(flag: str) -> list[Run]:

@@ -1,7 +1,8 @@
 """Finding TFDS datasets: offline ones are built on first use, all others must be prepared.
 
 `get_builder(name, data_dir)` never touches the network: the offline datasets of
-`builders.py` are prepared from installed packages; any other dataset that is not already
+`builders.py` are prepared from installed packages, and `fashion_mnist_local` from the IDX files
+of Debian's `dataset-fashion-mnist` (`fashion_mnist.py`); any other dataset that is not already
 prepared in the data dir raises `DatasetNotPreparedError` at once (instead of TFDS's
 multi-minute download attempts), saying where it looked and how to prepare it.
 
@@ -13,6 +14,7 @@ import os
 import tensorflow_datasets as tfds
 
 from big_vision_relu.data import builders
+from big_vision_relu.data import fashion_mnist
 from big_vision_relu.data import imagenet21k  # noqa: F401  (registers the builder)
 
 # The pipelines read records by number, which TFDS supports for this format only.
@@ -30,7 +32,10 @@ def resolve_data_dir(data_dir: str | None = None) -> str:
 
 
 # Builders defined in this package: `tfds build` would not find them, their module builds them.
-_OWN_BUILD_COMMANDS = {"imagenet21k": "python -m big_vision_relu.data.imagenet21k"}
+_OWN_BUILD_COMMANDS = {
+    "imagenet21k": "python -m big_vision_relu.data.imagenet21k",
+    fashion_mnist.NAME: f"python -m big_vision_relu.data.prepare --datasets={fashion_mnist.NAME}",
+}
 
 
 def _build_command(name: str, data_dir: str) -> str:
@@ -40,21 +45,40 @@ def _build_command(name: str, data_dir: str) -> str:
   return f"tfds build {name} --data_dir={data_dir} --file_format={RANDOM_ACCESS_FORMAT.value}"
 
 
+def prepare(builder: tfds.core.DatasetBuilder) -> None:
+  """Builds a local-source dataset as ArrayRecord files (never tries TFDS's GCS mirror)."""
+  builder.download_and_prepare(
+      file_format=builders.DEFAULT_FILE_FORMAT,
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+
+
 def get_builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuilder:
   """Returns a prepared builder for the TFDS dataset `name` (e.g. 'cifar100', 'mnist5k:1.0.0').
 
-  Offline datasets (`builders.OFFLINE_DATASETS`) are prepared into the data dir on first use.
-  Anything else must already be prepared there; otherwise this raises
-  `DatasetNotPreparedError` within a second, with the command that prepares it.
+  Offline datasets (`builders.OFFLINE_DATASETS`) are prepared into the data dir on first use,
+  `fashion_mnist_local` too if Debian's files are installed. Anything else must already be
+  prepared there; otherwise this raises `DatasetNotPreparedError` within a second, with the
+  command that prepares it.
   """
   data_dir = resolve_data_dir(data_dir)
   base_name = name.split("/")[0].split(":")[0]
+  if base_name == fashion_mnist.NAME:
+    builder = tfds.builder(name, data_dir=data_dir)
+    if not builder.is_prepared():
+      try:
+        fashion_mnist.check_sources(builder.source_dir)
+      except fashion_mnist.SourceError as error:
+        raise DatasetNotPreparedError(
+            f"Dataset {name!r} is not prepared in data_dir={data_dir!r} and cannot be built "
+            f"from {builder.source_dir}: {error} Then run "
+            f"{_build_command(name, data_dir)} (add --fashion_mnist_dir=DIR for files "
+            "elsewhere).") from None
+      prepare(builder)
+    return builder
   if base_name in builders.OFFLINE_DATASETS:
     builder = tfds.builder(name, data_dir=data_dir)
     if not builder.is_prepared():
-      builder.download_and_prepare(
-          file_format=builders.DEFAULT_FILE_FORMAT,
-          download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+      prepare(builder)
     return builder
 
   try:

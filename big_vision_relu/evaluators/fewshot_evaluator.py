@@ -30,6 +30,26 @@ from big_vision_relu.evaluators import common
 from big_vision_relu.evaluators import fewshot
 
 
+def embed_split(embed: Callable[[Any, Mapping[str, jax.Array]], jax.Array], params: Any,
+                data: Mapping[str, str], pp: str, batch_size: int, *, mesh: jax.sharding.Mesh,
+                data_axis: str | tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+  """([N, D] float64 features, [N] int labels) of a whole split, in the split's order.
+
+  `embed(params, batch) -> [b, ...]` maps a global batch (its `image`) to features; the pp
+  must produce `image` and an integer `label`. Every host gets all N rows.
+  """
+  parts = []
+  for batch in common.global_eval_batches(data, pp, batch_size, mesh=mesh,
+                                          data_axis=data_axis):
+    values = (embed(params, batch), batch["label"], batch[input_pipeline.MASK_KEY],
+              batch[input_pipeline.RECORD_KEY])
+    parts.append([np.asarray(v) for v in multihost_utils.process_allgather(values, tiled=True)])
+  feats, labels, mask, records = (np.concatenate(p) for p in zip(*parts))
+  order = np.argsort(records[mask], kind="stable")
+  return (feats[mask][order].reshape(int(mask.sum()), -1).astype(np.float64),
+          labels[mask][order].astype(np.int64))
+
+
 class FewShotEvaluator:
   """k-shot ridge probes of a representation on several datasets (see the module docstring)."""
   CONFIG_KEYS = ("type", "datasets", "data_dir", "pp_train", "pp_eval", "shots", "seeds",
@@ -66,26 +86,13 @@ class FewShotEvaluator:
       return predict_fn(params, batch["image"])
     self._embed = jax.jit(embed)
 
-  def _features(self, params: Any, data: Mapping[str, str], pp: str
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """([N, D] float64 features, [N] int labels) of a whole split, in the split's order."""
-    parts = []
-    for batch in common.global_eval_batches(data, pp, self.batch_size, mesh=self.mesh,
-                                            data_axis=self.data_axis):
-      values = (self._embed(params, batch), batch["label"], batch[input_pipeline.MASK_KEY],
-                batch[input_pipeline.RECORD_KEY])
-      parts.append([np.asarray(v) for v in multihost_utils.process_allgather(values,
-                                                                             tiled=True)])
-    feats, labels, mask, records = (np.concatenate(p) for p in zip(*parts))
-    order = np.argsort(records[mask], kind="stable")
-    return (feats[mask][order].reshape(int(mask.sum()), -1).astype(np.float64),
-            labels[mask][order].astype(np.int64))
-
   def run(self, params: Any) -> dict[str, float]:
     metrics: dict[str, float] = {}
     for short_name, (train, test, num_classes) in self.datasets.items():
-      x_train, y_train = self._features(params, train, self.pp_train)
-      x_test, y_test = self._features(params, test, self.pp_eval)
+      x_train, y_train = embed_split(self._embed, params, train, self.pp_train,
+                                     self.batch_size, mesh=self.mesh, data_axis=self.data_axis)
+      x_test, y_test = embed_split(self._embed, params, test, self.pp_eval, self.batch_size,
+                                   mesh=self.mesh, data_axis=self.data_axis)
       metrics.update(fewshot.fewshot_results(
           x_train, y_train, x_test, y_test, name=short_name, num_classes=num_classes,
           shots=self.shots, seeds=self.seeds, l2_reg=self.l2_reg,

@@ -1,0 +1,102 @@
+r"""Trivial baselines on a config's own data: what a trained model must beat to mean anything.
+
+    python -m big_vision_relu.baselines --config configs/study/fmnist_vit.py \
+        --seeds 0,1,2 --out results/fmnist/baselines.json
+
+- Raw pixels, test accuracy: 1-nearest-neighbour (Euclidean) and a ridge classifier
+  (scikit-learn's `KNeighborsClassifier(1)` and `RidgeClassifier(alpha=1)`, fitted on the whole
+  training split of `config.input.data`, scored on each `classification` evaluator's split).
+- Few-shot transfer, for each `fewshot` evaluator of the config: raw pixels, and the config's
+  network at its random initialisation (the run's own `init_state` for each of `--seeds`),
+  through exactly that evaluator (same pp, subsets, seeds and l2).
+
+Pixels go through `--pixel_pp` (decoded and scaled to [-1, 1] like the model's input).
+The output JSON maps `<eval name>/pixel_1nn`, `<eval name>/pixel_ridge`,
+`<fewshot name>/pixels/<metric>` and `<fewshot name>/random_init/seed<s>/<metric>` to numbers.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from absl import app, flags
+from ml_collections import config_flags
+
+import big_vision_relu  # noqa: F401  (quiets TensorFlow before it is imported)
+import jax
+import ml_collections
+import numpy as np
+from sklearn.linear_model import RidgeClassifier
+from sklearn.neighbors import KNeighborsClassifier
+
+from big_vision_relu import train as train_lib
+from big_vision_relu.evaluators import registry
+from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator, embed_split
+
+PIXEL_PP = 'decode(channels=1)|value_range(-1, 1)|keep("image", "label")'
+
+
+def _pixels(params: Any, batch: Mapping[str, jax.Array]) -> jax.Array:
+  del params
+  return batch["image"].reshape(batch["image"].shape[0], -1)
+
+
+def pixel_classifiers(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
+                      y_test: np.ndarray) -> dict[str, float]:
+  """Test accuracy of 1-NN and of a ridge classifier on the raw feature vectors."""
+  nearest = KNeighborsClassifier(n_neighbors=1, algorithm="brute").fit(x_train, y_train)
+  ridge = RidgeClassifier(alpha=1.0).fit(x_train, y_train)
+  return {"pixel_1nn": float(nearest.score(x_test, y_test)),
+          "pixel_ridge": float(ridge.score(x_test, y_test))}
+
+
+def compute(config: ml_collections.ConfigDict, seeds: Sequence[int],
+            pixel_pp: str = PIXEL_PP) -> dict[str, float]:
+  """Every baseline of the module docstring for `config` (a training config)."""
+  run = train_lib.setup(config)
+  mesh, axis = run.mesh, train_lib.DATA_AXIS
+  batch_size = max(cfg.get("batch_size", 256) for cfg in config.evals.values())
+  results: dict[str, float] = {}
+  with jax.set_mesh(mesh):
+    x_train, y_train = embed_split(_pixels, None, config.input.data, pixel_pp, batch_size,
+                                   mesh=mesh, data_axis=axis)
+    for name, cfg in config.evals.items():
+      if cfg.type == "classification":
+        x_test, y_test = embed_split(_pixels, None, cfg.data, pixel_pp, batch_size, mesh=mesh,
+                                     data_axis=axis)
+        for key, value in pixel_classifiers(x_train, y_train, x_test, y_test).items():
+          results[f"{name}/{key}"] = value
+      elif cfg.type == "fewshot":
+        pixels = FewShotEvaluator(cfg, _pixels, mesh=mesh, data_axis=axis)
+        results.update({f"{name}/pixels/{k}": v for k, v in pixels.run(None).items()})
+        network = FewShotEvaluator(
+            cfg, registry.make_predict_fn(run.model, cfg.get("pred", "pre_logits")), mesh=mesh,
+            data_axis=axis)
+        for seed in seeds:
+          params = jax.jit(run.init_state)(jax.random.PRNGKey(seed))["params"]
+          results.update({f"{name}/random_init/seed{seed}/{k}": v
+                          for k, v in network.run(params).items()})
+  return results
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  results = compute(FLAGS.config, [int(s) for s in FLAGS.seeds], FLAGS.pixel_pp)
+  text = json.dumps(results, indent=1, sort_keys=True)
+  if FLAGS.out:
+    path = pathlib.Path(FLAGS.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+  print(text)
+
+
+if __name__ == "__main__":
+  FLAGS = flags.FLAGS
+  config_flags.DEFINE_config_file("config", None, "Training config (file.py:args).",
+                                  lock_config=True)
+  flags.DEFINE_list("seeds", ["0", "1", "2"], "Initialisation seeds of the random network.")
+  flags.DEFINE_string("pixel_pp", PIXEL_PP, "pp string giving the pixels (`image`, `label`).")
+  flags.DEFINE_string("out", None, "Write the JSON here too.")
+  app.run(main)

@@ -1,0 +1,58 @@
+"""The Fashion-MNIST study's grid and run order (docs/reproduction.md; configs/study/*.py).
+
+Every run uses configs/study/fmnist_vit.py with all its study arguments spelled out in one
+order, so a run shared by several figures has one run id and is trained once. Phases follow
+the issue's plan: a partial study answers the main question first.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from big_vision_relu.sweep import FigureSpec, Grid, Run
+
+CONFIG = "configs/study/fmnist_vit.py"
+EPOCHS = 10  # the recipe's length (configs/study/fmnist_vit.py); calibration also runs 2x
+SEEDS = (0, 1, 2)
+ALPHAS = (0.0, 0.5, 1.0, 1.5, 2.0)  # Figure 2's grid
+ABLATION_ALPHAS = (0.0, 1.0, 1.5)  # Figures 3 and 4
+SIZES = ("Ti", "S", "B")  # Figure 1, at L = 49
+OTHER_ACTIVATIONS = ("gelu", "softplus", "sigmoid", "identity")  # alpha 0 and 1 only
+GRID = Grid(CONFIG, dict(size="Ti", patch=2, attention="relu", alpha=1.0, qk_norm=True,
+                         gated=False, epochs=EPOCHS, seed=0))
+
+FIGURE = FigureSpec(
+    accuracy_metric="test/prec@1", accuracy_label="Fashion-MNIST test accuracy",
+    fewshot_metric="fewshot/10shot_avg", fewshot_label="10-shot transfer (mnist5k, digits)",
+    core_hours_label="CPU core hours", panel_key="patch",
+    panel_title="Fashion-MNIST, patch {value}", size_key="size")
+
+
+def run(**args: Any) -> Run:
+  """A run of the study: `args` override the defaults (Ti, patch 2, relu, alpha 1, qk-LN on,
+  no gate, EPOCHS, seed 0)."""
+  return GRID.run(**args)
+
+
+def phase_a() -> list[Run]:
+  """L = 196: softmax, relu/L (alpha 1) and relu (alpha 0), 3 seeds each; seed 0 first."""
+  return [run(attention=attention, alpha=alpha, seed=seed) for seed in SEEDS
+          for attention, alpha in (("softmax", 1.0), ("relu", 1.0), ("relu", 0.0))]
+
+
+def calibration() -> list[Run]:
+  """The recipe's convergence check: softmax and relu/L at seed 0 trained twice as long."""
+  return [run(attention=attention, epochs=2 * EPOCHS) for attention in ("softmax", "relu")]
+
+
+# (sweep file, {argument: value or tuple of values}), as big_vision_relu.study.plan reads them.
+# Calibration's base runs are phase A's seed-0 runs; their 2x twins come right after.
+PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("configs/study/fig2.py", {"attention": ("softmax", "relu"), "alpha": 1.0, "seed": 0}),
+    ("configs/study/calibration.py", {}),
+    ("configs/study/fig2.py", {"attention": ("softmax", "relu"), "alpha": (0.0, 1.0)}),
+    ("configs/study/fig2.py", {"attention": ("relu", "relu2"), "seed": 0}),
+    ("configs/study/fig2.py", {}),
+    ("configs/study/fig3.py", {}),
+    ("configs/study/fig4.py", {}),
+    ("configs/study/fig1.py", {}),
+)

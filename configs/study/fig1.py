@@ -1,0 +1,14 @@
+r"""Figure 1 on Fashion-MNIST at L = 49 (patch 4, the cheap setting): softmax vs relu/L for
+three model sizes (Ti, S, B: width 64, 96, 128; head dim 32), 3 seeds each.
+
+    python -m big_vision_relu.sweep configs/study/fig1.py --list
+"""
+from big_vision_relu import fmnist
+from big_vision_relu.sweep import Run
+
+FIGURE = fmnist.FIGURE
+
+
+def get_sweep() -> list[Run]:
+  return [fmnist.run(size=size, patch=4, attention=a, seed=seed) for size in fmnist.SIZES
+          for a in ("softmax", "relu") for seed in fmnist.SEEDS]

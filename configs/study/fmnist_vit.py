@@ -1,0 +1,84 @@
+r"""The Fashion-MNIST study's model and recipe (docs/reproduction.md): a small ViT, head dim 32.
+
+One run (the study runs many, configs/study/fig*.py):
+
+    python -m big_vision_relu.train \
+        --config configs/study/fmnist_vit.py:patch=2,attention=relu,alpha=1 --workdir DIR
+
+Arguments (`fmnist_vit.py:key=value,...`):
+  size        Ti | S | B: Figure 1's model sizes (below)                              (Ti)
+  patch       2 -> L = 196 patches (the /16 length, the main setting), 4 -> L = 49     (2)
+  attention   softmax | relu | relu2 | gelu | softplus | identity | relu6 | sigmoid  (relu)
+  alpha       seqlen_alpha: weights are L^-alpha * h(q.k/sqrt(d)), L = keys            (1.0)
+  qk_norm     qk-layernorm                                                           (True)
+  gated       the paper's gated attention                                            (False)
+  epochs      passes over the 60,000 training images                                 (RECIPE)
+  seed        run seed: init, data order, augmentation                               (0)
+  runlocal    a few-step smoke run on a slice of the data (used by the tests)       (False)
+
+Sizes keep the head dimension at 32 and grow in width (depth 4, MLP 4x width):
+  Ti: width 64, 2 heads (the main model);  S: 96, 3 heads;  B: 128, 4 heads.
+"""
+import ml_collections
+
+from big_vision_relu import recipes
+from big_vision_relu.config import parse_arg
+
+HEAD_DIM = 32
+SIZES = {"Ti": 64, "S": 96, "B": 128}  # size -> width; heads = width / HEAD_DIM
+DATASET = "fashion_mnist_local"
+TRAIN_PP = ('decode(channels=1)|flip_lr|value_range(-1, 1)|onehot(10)|'
+            'keep("image", "labels")')
+EVAL_PP = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
+EPOCHS = 10
+BATCH = 128
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  arg = parse_arg(arg, size="Ti", patch=2, attention="relu", alpha=1.0, qk_norm=True,
+                  gated=False, epochs=EPOCHS, seed=0, runlocal=False, dtype_mm="float32",
+                  batch=BATCH, lr=1e-3)
+  if arg.size not in SIZES:
+    raise ValueError(f"size={arg.size!r}: expected one of {', '.join(SIZES)}.")
+  width = SIZES[arg.size]
+  config = ml_collections.ConfigDict()
+  config.seed = arg.seed
+  config.total_epochs = arg.epochs if not arg.runlocal else None
+  config.total_steps = 4 if arg.runlocal else None
+  config.input = dict(data=dict(name=DATASET, split="train" if not arg.runlocal else "train[:64]"),
+                      batch_size=arg.batch if not arg.runlocal else 16, pp=TRAIN_PP)
+  config.num_classes = 10
+  config.model = dict(
+      patch_size=(arg.patch, arg.patch), width=width, depth=4, mlp_dim=4 * width,
+      num_heads=width // HEAD_DIM, pool_type="gap", posemb="learn", dtype_mm=arg.dtype_mm,
+      attention=arg.attention, seqlen_alpha=arg.alpha, qk_norm=arg.qk_norm, gated=arg.gated,
+  )
+  config.loss = "softmax_xent"
+  config.optax_name = "scale_by_adam"
+  config.optax = dict(b1=0.9, b2=0.999)
+  config.lr = arg.lr
+  config.wd = 1e-4
+  config.grad_clip_norm = 1.0
+  config.schedule = dict(warmup_percent=0.05, decay_type="cosine")
+
+  # XLA:CPU's YNNPACK fusions off: 1.5-1.8x faster steps for this model (docs/benchmarks.md).
+  config.xla_compiler_options = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+  config.log_training_steps = 2 if arg.runlocal else 100
+  config.ckpt_steps = 2 if arg.runlocal else 500
+  config.evals = ml_collections.ConfigDict()
+  config.evals.test = dict(type="classification",
+                           data=dict(name=DATASET, split="test" if not arg.runlocal else "test[:32]"),
+                           pp_fn=EVAL_PP, batch_size=500 if not arg.runlocal else 16,
+                           log_percent=0.125)
+  # The paper's few-shot transfer, locally: 10-shot ridge probes of the representation on
+  # mnist5k and on scikit-learn's 8x8 digits (upsampled to 28x28), 3 draws each.
+  config.evals.fewshot = recipes.fewshot_eval(
+      {"mnist5k": ("mnist5k", "train", "test"), "digits": ("digits", "train", "test")},
+      size=28, channels=1, batch_size=500 if not arg.runlocal else 16, log_percent=0.25)
+  # Sparsity, row sums, entropy and distance of each layer's attention over training.
+  config.evals.attention = dict(
+      type="attention_stats", data=dict(name=DATASET, split="test"), pp_fn=EVAL_PP,
+      batch_size=128 if not arg.runlocal else 16, num_examples=128 if not arg.runlocal else 16,
+      log_percent=0.25)
+  return config

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# A study (big_vision_relu.study) in the background, resumable: the Fashion-MNIST study
+# (docs/reproduction.md) or the MNIST-5k one. Re-run the same command to resume after a stop, a
+# reboot or on a fresh checkout.
+#
+#   bash launch/study.sh fmnist              # start / resume in the background
+#   bash launch/study.sh fmnist status       # per-phase progress
+#   bash launch/study.sh fmnist stop         # trainers checkpoint and exit; waits for it
+#   bash launch/study.sh fmnist report       # tables and figures -> docs/<plan>/
+#
+# ROOT (default workdirs/<plan>) holds the runs' workdirs (checkpoints), ROOT/study.log and, for
+# a pinned study, ROOT/code: a git worktree at the study's commit, which the trainers run from.
+# ARCHIVE (default results/<plan>, committed) keeps every done run and study.json, the pinned
+# commit: the first start pins COMMIT (default: HEAD); later starts use the recorded one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PLAN="${1:-}"
+case "$PLAN" in
+  fmnist) DATASETS=mnist5k,digits,fashion_mnist_local ;;
+  repro) DATASETS=mnist5k,digits ;;
+  *) echo "usage: bash launch/study.sh fmnist|repro [start|status|stop|report]" >&2; exit 2 ;;
+esac
+ROOT="${ROOT:-workdirs/$PLAN}"
+ARCHIVE="${ARCHIVE:-results/$PLAN}"
+PY=.venv/bin/python
+if [ ! -x "$PY" ]; then
+  "${PYTHON:-python3}" -m venv .venv
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e .
+fi
+PIN=()
+if [ "$PLAN" != repro ]; then  # the MNIST-5k study finished before studies were pinned
+  if [ -f "$ARCHIVE/study.json" ]; then
+    COMMIT="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["commit"])' \
+      "$ARCHIVE/study.json")"
+  fi
+  PIN=(--commit "${COMMIT:-$(git rev-parse HEAD)}")
+fi
+STUDY=("$PY" -m big_vision_relu.study --plan "$PLAN" --root "$ROOT" --archive "$ARCHIVE")
+mkdir -p "$ROOT"
+case "${2:-start}" in
+  start)
+    if [ -f "$ROOT/study.lock" ] && ! flock -n "$ROOT/study.lock" true; then
+      echo "the study is already running as pid $(cat "$ROOT/study.lock") (log: $ROOT/study.log)"
+      exit 0
+    fi
+    "$PY" -m big_vision_relu.data.prepare --datasets "$DATASETS"
+    nohup "${STUDY[@]}" "${PIN[@]}" >> "$ROOT/study.log" 2>&1 &
+    echo "study running as pid $! (log: $ROOT/study.log; 'bash launch/study.sh $PLAN status')"
+    ;;
+  status)
+    "${STUDY[@]}" --status
+    ;;
+  stop)
+    # The pid in the lock file is the study's only while the lock is held.
+    if [ -f "$ROOT/study.lock" ] && ! flock -n "$ROOT/study.lock" true \
+        && pid="$(cat "$ROOT/study.lock")" && kill -TERM "$pid" 2>/dev/null; then
+      echo "asked study $pid to stop; trainers checkpoint and exit"
+      # Return once it has (the lock is released last), so a 'start' right after resumes.
+      if flock -w 300 "$ROOT/study.lock" true; then
+        echo "study stopped"
+      else
+        echo "study $pid still running after 300 s; see $ROOT/study.log" >&2
+        exit 1
+      fi
+    else
+      echo "no study running"
+    fi
+    ;;
+  report)
+    SWEEPS=()
+    for f in configs/"$( [ "$PLAN" = fmnist ] && echo study || echo repro )"/fig[1-4].py; do
+      SWEEPS+=(--sweep "$f")
+    done
+    "$PY" -m big_vision_relu.report --root "$ARCHIVE" --out "docs/$( [ "$PLAN" = fmnist ] \
+      && echo fmnist || echo reproduction )" "${SWEEPS[@]}"
+    ;;
+  *)
+    echo "usage: bash launch/study.sh fmnist|repro [start|status|stop|report]" >&2
+    exit 2
+    ;;
+esac
