@@ -38,9 +38,14 @@ from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator, embed
 PIXEL_PP = 'decode(channels=1)|value_range(-1, 1)|keep("image", "label")'
 
 
-def _pixels(params: Any, batch: Mapping[str, jax.Array]) -> jax.Array:
+def _pixels(params: Any, images: jax.Array) -> jax.Array:
+  """The 'model' whose features are the raw pixels: [b, h, w, c] -> [b, h * w * c]."""
   del params
-  return batch["image"].reshape(batch["image"].shape[0], -1)
+  return images.reshape(images.shape[0], -1)
+
+
+def _batch_pixels(params: Any, batch: Mapping[str, jax.Array]) -> jax.Array:
+  return _pixels(params, batch["image"])
 
 
 def pixel_classifiers(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
@@ -60,11 +65,11 @@ def compute(config: ml_collections.ConfigDict, seeds: Sequence[int],
   batch_size = max(cfg.get("batch_size", 256) for cfg in config.evals.values())
   results: dict[str, float] = {}
   with jax.set_mesh(mesh):
-    x_train, y_train = embed_split(_pixels, None, config.input.data, pixel_pp, batch_size,
+    x_train, y_train = embed_split(_batch_pixels, None, config.input.data, pixel_pp, batch_size,
                                    mesh=mesh, data_axis=axis)
     for name, cfg in config.evals.items():
       if cfg.type == "classification":
-        x_test, y_test = embed_split(_pixels, None, cfg.data, pixel_pp, batch_size, mesh=mesh,
+        x_test, y_test = embed_split(_batch_pixels, None, cfg.data, pixel_pp, batch_size, mesh=mesh,
                                      data_axis=axis)
         for key, value in pixel_classifiers(x_train, y_train, x_test, y_test).items():
           results[f"{name}/{key}"] = value

@@ -35,11 +35,12 @@ ALPHA_SWEEP_VARIANTS = ("S/32", "S/16", "S/8")
 
 # Training split sizes of the recipes (TFDS), to turn epochs into steps without the data:
 # fall-2011 ImageNet-21k minus the 51,200 held-out images; 99% of imagenet2012 train; the
-# offline mnist5k's training split (configs/local, configs/repro).
+# offline mnist5k's training split (configs/local, configs/repro); Fashion-MNIST's (configs/study).
 TRAIN_SPLIT_SIZES = {
     ("imagenet21k", "full[51200:]"): 14_197_122 - 51_200,
     ("imagenet2012", "train[:99%]"): 1_268_355,
     ("mnist5k", "train"): 4_000,
+    ("fashion_mnist_local", "train"): 60_000,
 }
 
 

@@ -1,0 +1,130 @@
+r"""End-to-end training throughput per core of study runs, as a run pays it: input, step, evals.
+
+    taskset -c 0 python benchmarks/study_throughput.py \
+        --configs 'configs/repro/mnist_vit.py:size=S,patch=2;configs/study/fmnist_vit.py:patch=2'
+
+For each config (`;`-separated `file.py:args`), the trainer's own pieces (`train.setup`: the
+jitted update step with the config's XLA options; its tf.data input pipeline; its evaluators)
+run in this process, the configs taking turns round by round so that the machine's load hits
+them alike. A round times `--steps` training steps (next host batch, global batch, update) and
+one call of every evaluator, in CPU seconds of this process (`time.process_time`: core-seconds,
+as the trainer counts core hours on CPU). The run's cost is then
+
+    core-seconds per run = total_steps x (step) + sum over evaluators of (calls per run) x (call)
+
+with the calls per run from the config's own cadence (first and last step, log_* ...), and the
+throughput that a run pays is its training images / that cost. Compilation (once per run, tens
+of seconds) is left out of both. Ratios are to the first config; medians over rounds are shown.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import jax
+import numpy as np
+
+from big_vision_relu import sweep
+from big_vision_relu import train as train_lib
+from big_vision_relu.data import input_pipeline
+
+import common
+
+
+class Subject:
+  """One config's trainer pieces, ready to time."""
+
+  def __init__(self, config_arg: str):
+    self.name = config_arg
+    self.config = config = sweep.load_config_file(config_arg)
+    self.run = run = train_lib.setup(config)
+    self.batch_size = config.input.batch_size
+    self.total_steps = run.steps["total"]
+    with jax.set_mesh(run.mesh):
+      self.state = jax.jit(run.init_state, out_shardings=run.state_shardings)(
+          jax.random.PRNGKey(0))
+      self.evaluators = train_lib.make_evaluators(config, run)
+    self.calls = {e.name: sum(e.due(s) for s in range(1, self.total_steps + 1))
+                  for e in self.evaluators}
+    self.batches = input_pipeline.training_batches(
+        config.input.data, config.input.pp, self.batch_size, seed=0, start_step=0,
+        process_index=0, process_count=1)
+
+  def train_steps(self, steps: int) -> float:
+    """CPU seconds per step over `steps` steps (input + update)."""
+    start = time.process_time()
+    with jax.set_mesh(self.run.mesh):
+      for _ in range(steps):
+        host = next(self.batches)
+        batch = input_pipeline.make_global_batch(
+            {k: host[k] for k in ("image", "labels")}, self.run.mesh, train_lib.DATA_AXIS)
+        self.state, metrics = self.run.update(self.state, batch)
+      jax.block_until_ready(metrics)
+    return (time.process_time() - start) / steps
+
+  def evaluate(self) -> dict[str, float]:
+    """CPU seconds of one call of each evaluator."""
+    seconds = {}
+    with jax.set_mesh(self.run.mesh):
+      for evaluator in self.evaluators:
+        start = time.process_time()
+        evaluator.run(self.state["params"])
+        seconds[evaluator.name] = time.process_time() - start
+    return seconds
+
+  def run_cost(self, step_s: float, eval_s: dict[str, float]) -> float:
+    """Core-seconds of a whole run (without compilation)."""
+    return self.total_steps * step_s + sum(self.calls[k] * eval_s[k] for k in self.calls)
+
+  def close(self) -> None:
+    self.batches.close()
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--configs", default="configs/repro/mnist_vit.py:size=S,patch=2;"
+                      "configs/study/fmnist_vit.py:patch=2")
+  parser.add_argument("--steps", type=int, default=10, help="training steps timed per round")
+  parser.add_argument("--rounds", type=int, default=3)
+  args = parser.parse_args()
+  print(f"jax {jax.__version__}, {jax.device_count()} device(s), CPU cores "
+        f"{sorted(os.sched_getaffinity(0))}", flush=True)
+  subjects = [Subject(c) for c in args.configs.split(";")]
+  for subject in subjects:  # compile the step and every evaluator
+    subject.train_steps(1)
+    subject.evaluate()
+  step_s = {s.name: [] for s in subjects}
+  eval_s = {s.name: [] for s in subjects}
+  for i in range(args.rounds):
+    for subject in subjects if i % 2 == 0 else subjects[::-1]:
+      step_s[subject.name].append(subject.train_steps(args.steps))
+      eval_s[subject.name].append(subject.evaluate())
+  rows = []
+  base = subjects[0]
+  base_rates = None
+  for subject in subjects:
+    steps, evals = step_s[subject.name], eval_s[subject.name]
+    train_rates = np.array([subject.batch_size / t for t in steps])
+    run_rates = np.array([subject.total_steps * subject.batch_size / subject.run_cost(t, e)
+                          for t, e in zip(steps, evals, strict=True)])
+    if subject is base:
+      base_rates = run_rates
+    eval_share = np.median([1 - subject.total_steps * t / subject.run_cost(t, e)
+                            for t, e in zip(steps, evals, strict=True)])
+    ratios = common.paired_ratios(1 / run_rates, 1 / base_rates)
+    rows.append((subject.name, subject.batch_size, subject.total_steps,
+                 ", ".join(f"{k} x{n}" for k, n in subject.calls.items()),
+                 f"{np.median(train_rates):.1f}", f"{np.median(run_rates):.1f}",
+                 f"{100 * eval_share:.1f}%",
+                 f"{1 / ratios['median']:.2f}x [{1 / ratios['q3']:.2f}, {1 / ratios['q1']:.2f}]"))
+    subject.close()
+  print(f"\n{args.rounds} rounds of {args.steps} steps + every evaluator once; medians over "
+        "rounds; img/s per core = images / CPU seconds of this process\n")
+  common.print_table(("config", "batch", "steps/run", "evals/run", "train img/s/core",
+                      "run img/s/core (input, step, evals)", "evals' share",
+                      f"run throughput vs {base.name} (per round: median [quartiles])"), rows)
+
+
+if __name__ == "__main__":
+  main()
