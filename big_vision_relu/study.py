@@ -92,6 +92,23 @@ def plan(phases: Sequence[tuple[str, dict[str, Any]]]) -> list[PlannedRun]:
   return list(planned.values())
 
 
+def check_totals_known(planned: Sequence[PlannedRun], extra_config_args: str = "") -> None:
+  """Raises ValueError unless every run's total steps follow from its config (report's rule).
+
+  The study archives a run when its metrics reach that total; without it the report can only
+  guess from the evaluators (a run stopped right after a step where all were due would look
+  finished), so a study never starts on such a guess.
+  """
+  for item in planned:
+    config_arg = item.run.config_arg + (f",{extra_config_args}" if extra_config_args else "")
+    config = json.loads(sweep_lib.load_config_file(config_arg).to_json_best_effort())
+    if report.total_steps(config) is None:
+      data = config.get("input", {}).get("data", {})
+      raise ValueError(f"{item.run.run_id}: its total steps are unknown without reading the "
+                       f"dataset; add {(data.get('name'), data.get('split'))} with its size to "
+                       "recipes.TRAIN_SPLIT_SIZES.")
+
+
 def run_dir(root: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
   return root / "runs" / run.run_id
 
@@ -336,6 +353,7 @@ def main(argv: list[str]) -> None:
   if FLAGS.status:
     print_status(root, archive, planned, phases)
     return
+  check_totals_known(planned, FLAGS.config_args)
   lock = _acquire_lock(root)
   code, commit = (None, None) if FLAGS.commit is None else pinned_worktree(
       root, archive, FLAGS.plan, FLAGS.commit)
