@@ -1,0 +1,274 @@
+r"""The Fashion-MNIST study's verdicts: every result beside its baselines, the recipe's
+convergence, and the claims judged by the decision rules of docs/reproduction.md (1.2).
+
+    python -m big_vision_relu.fmnist_report --archive results/fmnist --out docs/fmnist
+    bash launch/study.sh fmnist report      # this and the four figures' tables
+
+Reads the archive (`<archive>/runs/<run id>/metrics.jsonl`, `provenance.json`) and the
+baselines (`<archive>/baselines/p{2,4}.json`, from big_vision_relu.baselines); writes
+`<out>/verdicts.md` and `<out>/curves.png` (test accuracy along training, phase A and the
+calibration runs, with the pixel baselines).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib
+import numpy as np
+from absl import app, flags
+
+from big_vision_relu import fmnist, report, study
+from big_vision_relu import sweep as sweep_lib
+
+matplotlib.use("Agg")
+from matplotlib import pyplot as plt  # noqa: E402  (after choosing the headless backend)
+
+ACCURACY = "test/prec@1"
+TRANSFER = "fewshot/10shot_avg"
+MARGIN = 0.01  # m: one point of accuracy (docs/reproduction.md, 1.2)
+LAST_QUARTER_MAX_GAIN = 0.005  # recipe rule (b)
+DOUBLE_LENGTH_MAX_GAIN = 0.01  # recipe rule (c)
+SOFTMAX_MIN_ACCURACY = 0.89  # recipe rule (a)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+  """One archived run: its final metrics, its test-accuracy curve and where it was trained."""
+  run: sweep_lib.Run
+  status: str
+  curve: dict[int, float]  # step -> test accuracy (steps > 1)
+  total_steps: int | None
+  transfer: float | None
+  core_hours: float | None
+  provenance: dict[str, Any]
+
+  @property
+  def accuracy(self) -> float | None:
+    return self.curve[max(self.curve)] if self.status == "finished" and self.curve else None
+
+  def accuracy_at(self, fraction: float) -> float | None:
+    """Test accuracy at the last evaluation at or before `fraction` of the run."""
+    if self.total_steps is None:
+      return None
+    steps = [s for s in self.curve if s <= fraction * self.total_steps + 1e-9]
+    return self.curve[max(steps)] if steps else None
+
+
+def load_run(archive: pathlib.Path, run: sweep_lib.Run) -> RunResult:
+  directory = study.archived_dir(archive, run)
+  row = report.collect_run(run, directory)
+  records: dict[int, dict[str, Any]] = {}
+  if (directory / "metrics.jsonl").exists():
+    records = report.parse_metrics((directory / "metrics.jsonl").read_text().splitlines())
+  curve = {s: r[ACCURACY] for s, r in sorted(records.items()) if s > 1 and ACCURACY in r}
+  values = report.last_values({s: r for s, r in records.items() if s > 1},
+                              (TRANSFER, "core_hours"))
+  provenance_file = directory / study.PROVENANCE_FILE
+  provenance = json.loads(provenance_file.read_text()) if provenance_file.exists() else {}
+  return RunResult(run, row.status, curve, row.total_steps, values.get(TRANSFER),
+                   values.get("core_hours"), provenance)
+
+
+@dataclasses.dataclass(frozen=True)
+class Paired:
+  """Mean and standard error of per-seed differences a_s - b_s over the seeds both have."""
+  delta: float
+  se: float
+  seeds: tuple[int, ...]
+
+
+def paired(a: Mapping[int, float], b: Mapping[int, float]) -> Paired | None:
+  """The paired comparison of two arms by seed (None with fewer than 2 common seeds: a single
+  difference has no standard error)."""
+  seeds = tuple(sorted(set(a) & set(b)))
+  if len(seeds) < 2:
+    return None
+  d = np.array([a[s] - b[s] for s in seeds])
+  return Paired(float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d))), seeds)
+
+
+def verdict(comparison: Paired | None, margin: float = MARGIN) -> str:
+  """The rule of 1.2: holds if delta - 2 SE > -m, does not hold if delta + 2 SE < -m."""
+  if comparison is None:
+    return "not yet measured"
+  if comparison.delta - 2 * comparison.se > -margin:
+    return "holds"
+  if comparison.delta + 2 * comparison.se < -margin:
+    return "does not hold"
+  return "inconclusive"
+
+
+def _by_seed(results: Sequence[RunResult], **args: Any) -> dict[int, float]:
+  """{seed: final test accuracy} of the finished runs whose args match `args`."""
+  want = fmnist.run(**args).args
+  return {r.run.args["seed"]: r.accuracy for r in results if r.accuracy is not None and all(
+      r.run.args[k] == v for k, v in want.items() if k != "seed")}
+
+
+def _pct(value: float | None, signed: bool = False) -> str:
+  if value is None:
+    return "-"
+  return f"{100 * value:+.1f}" if signed else f"{100 * value:.1f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+  return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+          *("| " + " | ".join(row) + " |" for row in rows), ""]
+
+
+def runs_table(results: Sequence[RunResult], baselines: Mapping[int, Mapping[str, float]]
+               ) -> list[str]:
+  """Every finished run beside its patch's baselines: does it beat the pixel 1-NN and ridge
+  (accuracy), raw pixels and the random network (transfer)?"""
+  rows = []
+  for r in results:
+    if r.status != "finished":
+      continue
+    base = baselines.get(r.run.args["patch"], {})
+    random_init = np.mean([v for k, v in base.items() if k.startswith("fewshot/random_init/")
+                           and k.endswith(f"/{TRANSFER.split('/')[1]}")] or [np.nan])
+    beats = lambda value, key: ("-" if value is None or key not in base  # noqa: E731
+                                else "yes" if value > base[key] else "**no**")
+    rows.append((r.run.run_id, _pct(r.accuracy), beats(r.accuracy, "test/pixel_1nn"),
+                 beats(r.accuracy, "test/pixel_ridge"), _pct(r.transfer),
+                 beats(r.transfer, "fewshot/pixels/10shot_avg"),
+                 "-" if r.transfer is None or np.isnan(random_init)
+                 else "yes" if r.transfer > random_init else "**no**",
+                 f"{r.core_hours:.2f}" if r.core_hours is not None else "-",
+                 r.provenance.get("commit", "-")[:7]))
+  return _table(("run", "test acc %", "> pixel 1-NN", "> pixel ridge", "10-shot %",
+                 "> pixels", "> random init", "core hours", "commit"), rows)
+
+
+def baselines_table(baselines: Mapping[int, Mapping[str, float]]) -> list[str]:
+  rows = []
+  for patch, base in sorted(baselines.items()):
+    inits = [v for k, v in base.items() if k.startswith("fewshot/random_init/")
+             and k.endswith("/10shot_avg")]
+    rows.append((f"{patch} (L = {(28 // patch) ** 2})", _pct(base.get("test/pixel_1nn")),
+                 _pct(base.get("test/pixel_ridge")), _pct(base.get("fewshot/pixels/10shot_avg")),
+                 f"{_pct(float(np.mean(inits)))} ({len(inits)} seeds)" if inits else "-"))
+  return _table(("patch", "pixel 1-NN test acc %", "pixel ridge test acc %",
+                 "10-shot: raw pixels %", "10-shot: random init network %"), rows)
+
+
+def _rule(value: float | None, ok: bool | None) -> str:
+  return "not yet measured" if value is None else "met" if ok else "NOT met"
+
+
+def calibration_lines(results: Sequence[RunResult]) -> list[str]:
+  """Rules (a)-(c) of the recipe, each with its measured numbers."""
+  by_id = {r.run.run_id: r for r in results}
+  rows, last_quarter, doubled = [], {}, {}
+  for attention in ("softmax", "relu"):
+    short = by_id.get(fmnist.run(attention=attention).run_id)
+    long = by_id.get(fmnist.run(attention=attention, epochs=2 * fmnist.EPOCHS).run_id)
+    short_acc = short.accuracy if short else None
+    long_acc = long.accuracy if long else None
+    at_75 = short.accuracy_at(0.75) if short and short_acc is not None else None
+    last_quarter[attention] = None if at_75 is None else short_acc - at_75
+    doubled[attention] = None if None in (short_acc, long_acc) else long_acc - short_acc
+    rows.append((attention, _pct(short_acc), _pct(last_quarter[attention], True),
+                 _pct(long_acc), _pct(doubled[attention], True)))
+  softmax = by_id.get(fmnist.run(attention="softmax").run_id)
+  softmax_acc = softmax.accuracy if softmax else None
+  gains = list(doubled.values())
+  return [
+      *_table(("attention (seed 0, L = 196)", "10 epochs %", "last quarter adds",
+               "20 epochs %", "20 - 10 epochs"), rows),
+      f"- (a) softmax >= {100 * SOFTMAX_MIN_ACCURACY:.0f}%: "
+      + _rule(softmax_acc, softmax_acc is not None and softmax_acc >= SOFTMAX_MIN_ACCURACY),
+      f"- (b) softmax's last quarter adds < {100 * LAST_QUARTER_MAX_GAIN:.1f} points: "
+      + _rule(last_quarter["softmax"], last_quarter["softmax"] is not None
+              and last_quarter["softmax"] < LAST_QUARTER_MAX_GAIN),
+      f"- (c) 20 epochs gain < {100 * DOUBLE_LENGTH_MAX_GAIN:.0f} point for softmax and "
+      "relu/L: " + _rule(None if None in gains else 0.0,
+                         None not in gains and all(g < DOUBLE_LENGTH_MAX_GAIN for g in gains)),
+      ""]
+
+
+CLAIMS = (
+    ("relu/L approaches or matches softmax (L = 196)", dict(attention="relu", alpha=1.0),
+     dict(attention="softmax")),
+    ("alpha 1 at least as good as alpha 0 (relu, L = 196)", dict(attention="relu", alpha=1.0),
+     dict(attention="relu", alpha=0.0)),
+    ("alpha 1 at least as good as alpha 0 (relu2, L = 196)", dict(attention="relu2", alpha=1.0),
+     dict(attention="relu2", alpha=0.0)),
+)
+
+
+def claims_table(results: Sequence[RunResult]) -> list[str]:
+  rows = []
+  for claim, a, b in CLAIMS:
+    comparison = paired(_by_seed(results, **a), _by_seed(results, **b))
+    rows.append((claim, "-" if comparison is None else f"{100 * comparison.delta:+.2f}",
+                 "-" if comparison is None else f"{100 * comparison.se:.2f}",
+                 "-" if comparison is None else ", ".join(map(str, comparison.seeds)),
+                 verdict(comparison)))
+  return _table(("claim", "Delta (points)", "SE", "seeds", "verdict (m = 1 point, 2 SE)"), rows)
+
+
+def plot_curves(results: Sequence[RunResult], baselines: Mapping[int, Mapping[str, float]],
+                path: pathlib.Path) -> None:
+  """Test accuracy against epochs for the L = 196 runs of phase A and calibration."""
+  figure, ax = plt.subplots(figsize=(7, 4.5))
+  colors = {"softmax": "tab:blue", "relu": "tab:red"}
+  for r in results:
+    args = r.run.args
+    if args["patch"] != 2 or args["attention"] not in colors or not r.curve or not r.total_steps:
+      continue
+    epochs = [s / r.total_steps * args["epochs"] for s in r.curve]
+    style = "-" if args["alpha"] == 1.0 or args["attention"] == "softmax" else ":"
+    ax.plot(epochs, list(r.curve.values()), style, color=colors[args["attention"]],
+            alpha=0.5 if args["epochs"] == fmnist.EPOCHS else 1.0, marker=".",
+            label=f"{args['attention']} a{args['alpha']:g} e{args['epochs']} s{args['seed']}")
+  for key, style in (("test/pixel_1nn", "--"), ("test/pixel_ridge", "-.")):
+    if key in baselines.get(2, {}):
+      ax.axhline(baselines[2][key], color="grey", linestyle=style, label=key.split("/")[1])
+  ax.set_xlabel("epoch")
+  ax.set_ylabel("Fashion-MNIST test accuracy")
+  ax.set_ylim(0.75, 0.95)
+  ax.legend(fontsize=6, ncol=2)
+  ax.grid(alpha=0.3)
+  figure.tight_layout()
+  figure.savefig(path, dpi=120)
+  plt.close(figure)
+
+
+def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
+  planned = study.plan(fmnist.PHASES)
+  results = [load_run(archive, item.run) for item in planned]
+  baselines = {}
+  for patch in (2, 4):
+    path = archive / "baselines" / f"p{patch}.json"
+    if path.exists():
+      baselines[patch] = json.loads(path.read_text())
+  done = sum(r.status == "finished" for r in results)
+  lines = [f"# Fashion-MNIST study: verdicts ({done} of {len(results)} runs finished)", "",
+           "Generated by `python -m big_vision_relu.fmnist_report` from the archive; the rules "
+           "are docs/reproduction.md's 1.2.", "", "## Baselines", "",
+           *baselines_table(baselines), "## Recipe calibration", "",
+           *calibration_lines(results), "## Claims (paired over seeds)", "",
+           *claims_table(results), "## Every finished run beside its baselines", "",
+           *runs_table(results, baselines)]
+  out.mkdir(parents=True, exist_ok=True)
+  (out / "verdicts.md").write_text("\n".join(lines))
+  plot_curves(results, baselines, out / "curves.png")
+  return out / "verdicts.md"
+
+
+def main(argv: Sequence[str]) -> None:
+  del argv
+  print(write(pathlib.Path(FLAGS.archive), pathlib.Path(FLAGS.out)))
+
+
+if __name__ == "__main__":
+  FLAGS = flags.FLAGS
+  flags.DEFINE_string("archive", "results/fmnist", "The study's archive.")
+  flags.DEFINE_string("out", "docs/fmnist", "Output directory.")
+  app.run(main)
