@@ -172,6 +172,7 @@ class Setup:
 def setup(config: ml_collections.ConfigDict,
           devices: Sequence[jax.Device] | None = None) -> Setup:
   """Validates `config` and builds the model, mesh, optimizer and (abstract) state."""
+  config = cfg_lib.without_unset(config)
   cfg_lib.validate_train_config(config)
   mesh = sharding.make_mesh(config.get("mesh", [(DATA_AXIS, -1)]), devices)
   if DATA_AXIS not in mesh.shape:
@@ -259,6 +260,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
 
   `devices` (default: all) are the devices of the mesh, e.g. one device of a host with eight.
   """
+  config = cfg_lib.without_unset(config)  # unset placeholders read as missing keys
   run = setup(config, devices)
   with jax.set_mesh(run.mesh):
     return _train(config, workdir, run)
