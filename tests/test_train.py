@@ -347,6 +347,36 @@ def test_two_processes_equal_one_process(offline_data_dir, tmp_path):
   # Only process 0 printed the final metrics.
   assert sum('"training_loss"' in out for out in outs) == 1
 
+  # Another config into that workdir: every process stops alike, and nothing is written.
+  before = _files(tmp_path / "multi")
+  changed = config.copy_and_resolve_references()
+  changed.lr = 1e-2
+  changed_path = _write_config(tmp_path, changed, "changed.py")
+  port = _free_port()
+  procs = [_spawn(changed_path, tmp_path / "multi", devices=2, stdout=subprocess.PIPE,
+                  stderr=subprocess.STDOUT, text=True,
+                  extra=("--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2",
+                         "--process_id", str(i))) for i in range(2)]
+  for p in procs:
+    out = p.communicate(timeout=400)[0]
+    assert p.returncode != 0 and "ConfigChangedError" in out, out[-3000:]
+    assert "holds a run with another config: 1 key(s) differ" in out and "lr: 0.003 -> 0.01" in out
+  assert _files(tmp_path / "multi") == before
+
+
+@pytest.mark.slow
+def test_the_main_jobs_total_steps_can_be_set_on_the_command_line(offline_data_dir, tmp_path):
+  """configs/local/mnist_relu.py trains by epochs (total_steps is an unset placeholder); the
+  real trainer's --config flags switch it to steps."""
+  workdir = tmp_path / "run"
+  out = _run(MAIN_CONFIG, workdir, devices=1, env={"TFDS_DATA_DIR": offline_data_dir},
+             extra=("--config.total_epochs=None", "--config.total_steps=1"))
+  assert _printed_result(out)["step"] == 1
+  saved = json.loads((workdir / "config.json").read_text())
+  assert saved["total_steps"] == 1 and "total_epochs" not in saved
+  assert [r["step"] for r in logged_records(workdir)] == [1]
+  assert final_params(workdir)[0] == 1
+
 
 @pytest.mark.slow
 def test_kill9_then_resume_is_bit_identical(offline_data_dir, tmp_path):
