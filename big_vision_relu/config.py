@@ -87,8 +87,11 @@ def _is_empty(value: Any) -> bool:
 
 def format_changes(changes: Iterable[tuple[str, Any, Any]]) -> str:
   """One line per change: `  key: old -> new` (values as JSON; None shown as unset)."""
-  show = lambda v: "unset" if v is None else json.dumps(v)  # noqa: E731
-  return "\n".join(f"  {key}: {show(a)} -> {show(b)}" for key, a, b in changes)
+  return "\n".join(f"  {key}: {_show(a)} -> {_show(b)}" for key, a, b in changes)
+
+
+def _show(value: Any) -> str:
+  return "unset" if value is None else json.dumps(value)
 
 
 def _parse_value(text: str, default: Any) -> Any:

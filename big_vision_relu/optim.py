@@ -62,6 +62,7 @@ OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
   "trace": optax.trace,
 }
 
+
 def _as_dict(value: Any, name: str) -> dict[str, Any]:
   """A plain dict from a dict or ConfigDict; anything else is a config error."""
   if isinstance(value, ml_collections.ConfigDict):
