@@ -23,6 +23,7 @@ import ml_collections
 from etils import epath
 
 from big_vision_relu import checkpoint as ckpt_lib
+from big_vision_relu import config as cfg_lib
 from big_vision_relu import metrics as metrics_lib
 from big_vision_relu import train as train_lib
 
@@ -40,6 +41,7 @@ def evaluate(config: ml_collections.ConfigDict, checkpoint_dir: str, step: int |
              write_to: str | None = None) -> dict[str, Any]:
   """Restores `step` (default: the newest readable) from `checkpoint_dir` and runs every
   evaluator of `config.evals`. Returns {'step': s, '<eval>/<metric>': value, ...}."""
+  config = cfg_lib.without_unset(config)  # unset placeholders read as missing keys
   run = train_lib.setup(config)
   evaluators = train_lib.make_evaluators(config, run)
   if not evaluators:

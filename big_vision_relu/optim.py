@@ -49,6 +49,8 @@ import ml_collections
 import optax
 from absl import logging
 
+from big_vision_relu import config as cfg_lib
+
 Schedule = Callable[[jax.typing.ArrayLike], jax.Array]
 
 DEFAULT_WD_MULTS: tuple[tuple[str, float], ...] = ((".*/kernel$", 1.0),)
@@ -59,10 +61,6 @@ OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
   "scale_by_adam": optax.scale_by_adam,
   "trace": optax.trace,
 }
-
-DECAY_TYPES = ("cosine", "linear", "rsqrt")
-_COMMON_SCHEDULE_KEYS = ("decay_type", "warmup_steps", "warmup_percent", "mult")
-_DECAY_TYPE_KEYS = {"cosine": ("min",), "linear": ("linear_end",), "rsqrt": ("timescale",)}
 
 
 def _as_dict(value: Any, name: str) -> dict[str, Any]:
@@ -81,21 +79,9 @@ def _reject_unknown(given: Mapping[str, Any], valid: Sequence[str], name: str) -
 
 
 def _warmup_steps(cfg: Mapping[str, Any], total_steps: int) -> int:
-  if "warmup_steps" in cfg and "warmup_percent" in cfg:
-    raise ValueError("config.schedule: give warmup_steps OR warmup_percent, not both")
-  if "warmup_percent" in cfg:
-    fraction = float(cfg["warmup_percent"])
-    # big_vision's "_percent" durations are fractions of the run, not 0-100.
-    if not 0.0 <= fraction <= 1.0:
-      raise ValueError(
-        f"config.schedule.warmup_percent={fraction} must be a fraction in [0, 1] "
-        "(e.g. 0.1 for 10% of the run)"
-      )
-    return int(fraction * total_steps)
-  warmup = cfg.get("warmup_steps", 0)
-  if int(warmup) != warmup or warmup < 0:
-    raise ValueError(f"config.schedule.warmup_steps={warmup!r} must be an integer >= 0")
-  return int(warmup)
+  if "warmup_percent" in cfg:  # a fraction of the run (big_vision's "_percent"), not 0-100
+    return int(cfg["warmup_percent"] * total_steps)
+  return int(cfg.get("warmup_steps", 0))
 
 
 def make_schedule(schedule_cfg: Mapping[str, Any], total_steps: int) -> Schedule:
@@ -112,21 +98,13 @@ def make_schedule(schedule_cfg: Mapping[str, Any], total_steps: int) -> Schedule
   ``t = warmup``, and the decay spans the remaining ``total_steps - warmup`` steps (cosine:
   ``mult / 2`` at their midpoint). Steps past ``total_steps`` keep the final value.
   """
-  cfg = _as_dict(schedule_cfg, "schedule")
-  decay_type = cfg.get("decay_type", "cosine")
-  if decay_type not in DECAY_TYPES:
-    raise ValueError(
-      f"config.schedule.decay_type={decay_type!r} is unknown; valid: {list(DECAY_TYPES)}"
-    )
-  _reject_unknown(cfg, _COMMON_SCHEDULE_KEYS + _DECAY_TYPE_KEYS[decay_type], "schedule")
   if int(total_steps) != total_steps or total_steps <= 0:
     raise ValueError(f"total_steps={total_steps!r} must be a positive integer")
+  cfg_lib.check_schedule(schedule_cfg, total_steps)
+  cfg = {k: v for k, v in _as_dict(schedule_cfg, "schedule").items() if v is not None}
+  decay_type = cfg.get("decay_type", "cosine")
   warmup = _warmup_steps(cfg, total_steps)
   decay_steps = total_steps - warmup
-  if decay_steps <= 0:
-    raise ValueError(
-      f"config.schedule: warmup ({warmup} steps) must be shorter than the run ({total_steps} steps)"
-    )
 
   if decay_type == "cosine":
     decay = optax.cosine_decay_schedule(1.0, decay_steps, alpha=float(cfg.get("min", 0.0)))
@@ -134,8 +112,6 @@ def make_schedule(schedule_cfg: Mapping[str, Any], total_steps: int) -> Schedule
     decay = optax.linear_schedule(1.0, float(cfg.get("linear_end", 0.0)), decay_steps)
   else:  # rsqrt: optax has no inverse-square-root schedule.
     timescale = float(cfg.get("timescale", 10_000))
-    if timescale <= 0:
-      raise ValueError(f"config.schedule.timescale={timescale} must be > 0")
 
     def decay(t: jax.typing.ArrayLike) -> jax.Array:
       return jnp.sqrt(timescale / (t + timescale))
@@ -236,17 +212,10 @@ def make_optimizer(
     order. ``schedule(t)`` is the multiplier of update ``t``; the step size is
     ``lr * schedule(t)``, the decay rate ``wd * schedule(t)``. Log it on the host.
   """
-  if config.get("lr") is None:
-    raise ValueError("config.lr is required (the peak learning rate, e.g. 1e-3)")
+  cfg_lib.check_optimizer(config, total_steps)
   lr = float(config.get("lr"))
   wd = float(config.get("wd") or 0.0)
   clip = config.get("grad_clip_norm")
-  if clip is not None and clip < 0:
-    raise ValueError(f"config.grad_clip_norm={clip} must be >= 0 (0 or None: no clipping)")
-  if config.get("schedule") is None:
-    raise ValueError(
-      "config.schedule is required, e.g. dict(warmup_steps=10_000, decay_type='cosine')"
-    )
 
   paths_tree = param_paths(params)
   paths = jax.tree.leaves(paths_tree)

@@ -2,7 +2,9 @@ r"""Trains a ViT: one jitted update step over a device mesh; orbax checkpoints; 
 
     python -m big_vision_relu.train --config configs/local/mnist_relu.py --workdir /tmp/run
 
-Re-running the same command resumes from the newest readable checkpoint in the workdir. On
+Re-running the same command resumes from the newest readable checkpoint in the workdir; a
+different config stops before anything is written unless --allow_config_change (the workdir's
+config_history.jsonl keeps every config it was run with: workdir_config.py). On
 SIGTERM (how TPU VMs announce preemption) the run saves a checkpoint and exits with status 0.
 Multi-host: on a TPU pod every worker runs the same command (`jax.distributed.initialize()` is
 called automatically there); elsewhere pass --coordinator_address/--num_processes/--process_id.
@@ -37,6 +39,7 @@ from big_vision_relu import config as cfg_lib
 from big_vision_relu import metrics as metrics_lib
 from big_vision_relu import optim
 from big_vision_relu import sharding
+from big_vision_relu import workdir_config
 from big_vision_relu.data import datasets
 from big_vision_relu.data import input_pipeline
 from big_vision_relu.data.mixup import mixup
@@ -172,6 +175,7 @@ class Setup:
 def setup(config: ml_collections.ConfigDict,
           devices: Sequence[jax.Device] | None = None) -> Setup:
   """Validates `config` and builds the model, mesh, optimizer and (abstract) state."""
+  config = cfg_lib.without_unset(config)
   cfg_lib.validate_train_config(config)
   mesh = sharding.make_mesh(config.get("mesh", [(DATA_AXIS, -1)]), devices)
   if DATA_AXIS not in mesh.shape:
@@ -254,26 +258,31 @@ def make_evaluators(config: ml_collections.ConfigDict, run: Setup) -> list:
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
-          devices: Sequence[jax.Device] | None = None) -> dict[str, float]:
-  """Runs (or resumes) training; returns the last logged metrics (train and evals).
+          devices: Sequence[jax.Device] | None = None, *,
+          allow_config_change: bool = False) -> dict[str, float]:
+  """Runs (or resumes) training; returns the last logged metrics (train and evals), `step`
+  (the last step) and `start_step` (the checkpoint step it resumed from; 0 for a new run).
 
   `devices` (default: all) are the devices of the mesh, e.g. one device of a host with eight.
+  `allow_config_change`: continue a workdir whose config.json differs from `config` (e.g. more
+  steps); otherwise that stops before anything is written.
   """
+  config = cfg_lib.without_unset(config)  # unset placeholders read as missing keys
   run = setup(config, devices)
   with jax.set_mesh(run.mesh):
-    return _train(config, workdir, run)
+    return _train(config, workdir, run, allow_config_change)
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str, run: Setup) -> dict[str, float]:
+def _train(config: ml_collections.ConfigDict, workdir: str, run: Setup,
+           allow_config_change: bool = False) -> dict[str, float]:
   mesh, steps, schedules, state_shardings = (run.mesh, run.steps, run.schedules,
                                              run.state_shardings)
   batch_size = config.input.batch_size
   evals = make_evaluators(config, run)
 
   workdir_path = epath.Path(workdir)
-  if jax.process_index() == 0:
-    workdir_path.mkdir(parents=True, exist_ok=True)
-    (workdir_path / "config.json").write_text(config.to_json_best_effort(indent=2))
+  workdir_config.use_config(workdir_path, config.to_json_best_effort(indent=2),
+                            allow_change=allow_config_change, write=jax.process_index() == 0)
   ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints", save_interval_steps=steps["ckpt"],
                                keep_last=config.get("keep_last_ckpts", 2),
                                keep_every_steps=config.get("keep_ckpt_steps"))
@@ -361,6 +370,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, run: Setup) -> dict[
     ckpt.close()
     writer.close()
   logged["step"] = step
+  logged["start_step"] = start_step
   return logged
 
 
@@ -380,7 +390,7 @@ def main(argv: list[str]) -> None:
   initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   if FLAGS.workdir is None:
     raise app.UsageError("--workdir is required.")
-  result = train(FLAGS.config, FLAGS.workdir)
+  result = train(FLAGS.config, FLAGS.workdir, allow_config_change=FLAGS.allow_config_change)
   if jax.process_index() == 0:
     print(json.dumps(result, indent=1, sort_keys=True))
 
@@ -390,6 +400,9 @@ if __name__ == "__main__":
   config_flags.DEFINE_config_file("config", None, "Training config file (file.py:args).",
                                   lock_config=True)
   flags.DEFINE_string("workdir", None, "Run directory (local or gs://); re-use to resume.")
+  flags.DEFINE_bool("allow_config_change", False,
+                    "Continue a workdir whose config.json differs from --config (e.g. more "
+                    "steps); without it such a re-run stops before writing anything.")
   flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process).")
   flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process).")
   flags.DEFINE_integer("process_id", None, "This process's index (multi-process).")

@@ -17,7 +17,7 @@ multi-label `real_label` needs a pp op for variable-length label lists that we d
 import ml_collections
 
 from big_vision_relu import recipes
-from big_vision_relu.config import parse_arg
+from big_vision_relu.config import optional, parse_arg
 
 MIXUP = {"S/32": 0.2}  # every other variant: 0.5
 
@@ -32,13 +32,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   fsdp=False, runlocal=False)
   config = ml_collections.ConfigDict()
   config.seed = 0
-  config.total_epochs = 300
+  # Optional fields (placeholders): --config.total_epochs=None --config.total_steps=N works.
+  config.total_epochs = optional(300)
+  config.total_steps = optional()
   config.input = dict(data=dict(name="imagenet2012", split="train[:99%]"), batch_size=4096,
                       pp=train_pp())
   config.num_classes = 1000
   config.init_head_bias = -6.9
   config.loss = "sigmoid_xent"
-  config.mixup = dict(p=MIXUP.get(arg.variant, 0.5), fold_in=None)
+  config.mixup = dict(p=MIXUP.get(arg.variant, 0.5), fold_in=optional())
   config.model = dict(
       variant=arg.variant, pool_type="tok", posemb="learn", rep_size=True,
       attention=arg.attention, seqlen_alpha=arg.alpha, qk_norm=arg.qk_norm, gated=arg.gated,

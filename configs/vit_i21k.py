@@ -26,7 +26,7 @@ Expected results: none published as numbers (the paper has only plots); see READ
 import ml_collections
 
 from big_vision_relu import recipes
-from big_vision_relu.config import parse_arg
+from big_vision_relu.config import optional, parse_arg
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -34,7 +34,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   fsdp=False, runlocal=False)
   config = ml_collections.ConfigDict()
   config.seed = 0
-  config.total_epochs = 30
+  # Optional fields (placeholders): --config.total_epochs=None --config.total_steps=N works.
+  config.total_epochs = optional(30)
+  config.total_steps = optional()
   config.input = dict(
       data=dict(name="imagenet21k", split="full[51200:]"),
       batch_size=4096,
@@ -45,7 +47,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.loss = "sigmoid_xent"
   _, mixup_p = recipes.I21K_AUGMENTATION.get(arg.variant, (None, None))
   if mixup_p:
-    config.mixup = dict(p=mixup_p, fold_in=None)
+    config.mixup = dict(p=mixup_p, fold_in=optional())
   config.model = dict(
       variant=arg.variant, pool_type="gap", posemb="learn", rep_size=False,
       attention=arg.attention, seqlen_alpha=arg.alpha, qk_norm=arg.qk_norm, gated=arg.gated,

@@ -1,8 +1,14 @@
 """Every config validates and builds its model; sweeps expand to the paper's runs; step counts
-follow the recipe arithmetic."""
+follow the recipe arithmetic; every optional field takes a command-line override; config diffs."""
+import functools
+import json
+
 import jax
 import jax.numpy as jnp
+import ml_collections
 import pytest
+from absl import flags
+from ml_collections import config_flags
 
 from big_vision_relu import config as cfg_lib
 from big_vision_relu import sweep
@@ -139,3 +145,114 @@ def test_analytic_flops_match_xla_cost_analysis(kw, size, channels, slack):
   analytic = cost.forward_flops_per_image(kw, image_size=size, channels=channels,
                                           num_classes=1000)
   assert analytic <= xla_flops["flops"] <= slack * analytic
+
+
+# ------------------------------------------------------------------ command-line overrides
+
+TRAIN_CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.py")
+                       if "def get_config" in p.read_text())
+
+
+def parse_config_flags(*argv: str) -> ml_collections.ConfigDict:
+  """The config the trainer's --config flag (locked, as in train.py) gives for `argv`."""
+  argv = ["train", *argv]
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True,
+                                  sys_argv=argv)
+  values(argv)
+  return values.config
+
+
+def unset_fields(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, type]:
+  """{dotted path: field type} of every None-valued field, at every level."""
+  found = {}
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      found.update(unset_fields(value, f"{prefix}{key}."))
+    elif value is None:
+      found[prefix + key] = config.get_type(key)
+  return found
+
+
+def every_config_arg() -> list[str]:
+  """Each config file bare and with `runlocal` (where it has it), and every sweep's runs."""
+  args = set(TRAIN_CONFIGS)
+  args |= {f"{path}:runlocal" for path in TRAIN_CONFIGS
+           if "runlocal" in (ROOT / path).read_text()}
+  for path in sorted((ROOT / "configs").rglob("*.py")):
+    if "def get_sweep" in path.read_text():
+      args |= {run.config_arg for run in sweep.load_sweep(str(path))}
+  return sorted(args)
+
+
+def test_every_unset_field_of_every_config_is_a_placeholder(monkeypatch):
+  """ml_collections cannot override a field holding a plain None; a placeholder it can."""
+  monkeypatch.chdir(ROOT)
+  config_args = every_config_arg()
+  assert len(config_args) > 700  # the sweeps' runs are all there
+  seen = {}
+  for config_arg in config_args:
+    unset = unset_fields(sweep.load_config_file(config_arg))
+    assert "total_steps" in unset or "total_epochs" in unset, config_arg
+    plain = sorted(path for path, kind in unset.items() if kind is type(None))
+    assert not plain, f"{config_arg}: {plain} hold a plain None; use config.optional()"
+    seen.setdefault((config_arg.partition(":")[0], tuple(sorted(unset))), config_arg)
+  # One real command line per config file and set of unset fields: each takes a value.
+  for (_, paths), config_arg in seen.items():
+    config = parse_config_flags(f"--config={config_arg}", *(f"--config.{p}=7" for p in paths))
+    assert [functools.reduce(lambda c, k: c[k], p.split("."), config) for p in paths] == (
+        [7] * len(paths)), config_arg
+
+
+def test_a_set_duration_can_be_swapped_on_the_command_line(monkeypatch):
+  monkeypatch.chdir(ROOT)
+  config = parse_config_flags("--config=configs/local/mnist_relu.py",
+                              "--config.total_epochs=None", "--config.total_steps=20")
+  assert (config.total_epochs, config.total_steps) == (None, 20)
+  cfg_lib.validate_train_config(config)
+  both = parse_config_flags("--config=configs/local/mnist_relu.py", "--config.total_steps=20")
+  with pytest.raises(ValueError, match=r"exactly one of total_steps, total_epochs, "
+                     r"total_examples \(got total_steps=20, total_epochs=30\).*"
+                     r"--config.total_epochs=None --config.total_steps="):
+    cfg_lib.validate_train_config(both)
+  with pytest.raises(ValueError, match=r"config.total_steps='20x' must be a positive number"):
+    cfg_lib.validate_train_config(parse_config_flags(
+        "--config=configs/local/mnist_relu.py", "--config.total_epochs=None",
+        "--config.total_steps=20x"))
+
+
+def test_unset_fields_read_as_missing_keys():
+  config = ml_collections.ConfigDict(dict(loss=cfg_lib.optional(), input=dict(prefetch=None),
+                                          lr=0.1))
+  config.lock()
+  pruned = cfg_lib.without_unset(config)
+  assert pruned.get("loss", "sigmoid_xent") == "sigmoid_xent"
+  assert pruned.input.get("prefetch", 2) == 2 and pruned.lr == 0.1
+  assert config.loss is None and "loss" in config  # the original is untouched
+
+
+# ------------------------------------------------------------------ config diffs
+
+def as_json(config: ml_collections.ConfigDict) -> dict:
+  return json.loads(config.to_json_best_effort())
+
+
+def test_config_changes_name_every_differing_key_with_both_values():
+  old = ml_collections.ConfigDict(dict(
+      lr=1e-3, total_steps=cfg_lib.optional(), total_epochs=cfg_lib.optional(30),
+      model=dict(attention="relu", patch_size=(7, 7)), mesh=[("data", -1)]))
+  new = ml_collections.ConfigDict(dict(
+      lr=1e-3, total_steps=cfg_lib.optional(100), total_epochs=cfg_lib.optional(),
+      model=dict(attention="softmax", patch_size=[7, 7], qk_norm=True), mesh=[["data", -1]],
+      evals=dict(test=dict(type="classification"))))
+  changes = cfg_lib.config_changes(as_json(old), as_json(new))
+  # Tuples and lists are the same in JSON; so are an unset placeholder and a missing key.
+  assert changes == [("evals", None, {"test": {"type": "classification"}}),
+                     ("model.attention", "relu", "softmax"), ("model.qk_norm", None, True),
+                     ("total_epochs", 30, None), ("total_steps", None, 100)]
+  assert cfg_lib.format_changes(changes).splitlines() == [
+      '  evals: unset -> {"test": {"type": "classification"}}',
+      '  model.attention: "relu" -> "softmax"', "  model.qk_norm: unset -> true",
+      "  total_epochs: 30 -> unset", "  total_steps: unset -> 100"]
+  assert cfg_lib.config_changes(as_json(old), as_json(old)) == []
+  assert cfg_lib.config_changes({"a": None, "b": {"c": None}}, {"b": {}}) == []

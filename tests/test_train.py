@@ -4,6 +4,7 @@ In-process runs use tiny models; the multi-process, kill -9 and SIGTERM tests st
 `python -m big_vision_relu.train` processes.
 """
 import json
+import logging
 import os
 import pathlib
 import signal
@@ -20,6 +21,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from big_vision_relu import train as train_lib
+from big_vision_relu import workdir_config
 
 from conftest import ROOT, load_config_module
 
@@ -66,6 +68,25 @@ def assert_trees_close(a, b, atol):
 
 def assert_trees_equal(a, b):
   jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def logged_records(workdir) -> list[dict]:
+  """metrics.jsonl: one dict per logged step, in the order written (a resumed run appends)."""
+  return [json.loads(line) for line in
+          (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_continues_from(records: list[dict], start_step: int, first: int) -> list[dict]:
+  """The records from index `first` on are a run resumed at `start_step`: they begin at
+  start_step + 1 and none of the steps up to start_step was logged twice. Returns them."""
+  resumed = records[first:]
+  assert resumed and resumed[0]["step"] == start_step + 1, [r["step"] for r in records]
+  steps = [r["step"] for r in records if r["step"] <= start_step]
+  assert len(steps) == len(set(steps)), steps
+  return resumed
+
+
+TRAIN_METRICS = ("training_loss", "l2_grads", "l2_params", "l2_updates", "lr")
 
 
 # ------------------------------------------------------------------ sharded == unsharded
@@ -115,33 +136,88 @@ def test_corrupt_newest_checkpoint_falls_back_with_a_warning(offline_data_dir, t
   workdir = tmp_path / "run"
   train_lib.train(tiny_config(offline_data_dir), str(workdir))  # keeps steps 4 and 6
   _, expected = final_params(workdir)
+  first = logged_records(workdir)
+  assert [r["step"] for r in first] == [1, 2, 3, 4, 5, 6]
   newest = workdir / "checkpoints" / "6" / "state"
   victims = sorted(p for p in newest.rglob("*") if p.is_file() and p.stat().st_size > 0)
   assert victims
   for victim in victims:  # damage every data file of the newest step
     victim.write_bytes(b"garbage")
-  train_lib.train(tiny_config(offline_data_dir), str(workdir))
+  result = train_lib.train(tiny_config(offline_data_dir), str(workdir))
   warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
   assert any("Could not restore checkpoint step 6" in w for w in warnings), warnings
-  # Steps 5 and 6 were trained again from step 4, exactly as the first time.
+  # It restored step 4, and steps 5 and 6 were trained again from there exactly as the first
+  # time (training from step 0 would log steps 1-4 again; from a fresh init, other values).
+  assert result["start_step"] == 4 and result["step"] == 6
+  resumed = assert_continues_from(logged_records(workdir), 4, first=6)
+  assert [r["step"] for r in resumed] == [5, 6]
+  for again, before in zip(resumed, first[4:]):
+    assert {k: again[k] for k in TRAIN_METRICS} == {k: before[k] for k in TRAIN_METRICS}
   step, got = final_params(workdir)
   assert step == 6
   assert_trees_equal(got, expected)
   assert (workdir / "checkpoints" / "4").exists()  # the good checkpoint was never touched
 
 
-def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(offline_data_dir, tmp_path):
+def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(offline_data_dir, tmp_path,
+                                                                caplog):
   workdir = tmp_path / "run"
   train_lib.train(tiny_config(offline_data_dir, total_steps=2), str(workdir))
   _, good = final_params(workdir)
-  # Same optimizer structure (the checkpoint must restore), absurd learning rate.
+  # Same optimizer structure (the checkpoint must restore), absurd learning rate: a deliberate
+  # change of the workdir's config.
   config = tiny_config(offline_data_dir, total_steps=6, lr=1e30)
+  caplog.set_level(logging.INFO)
   with pytest.raises(FloatingPointError, match=r"Non-finite loss or gradients at step \d+.*"
                      r"last good checkpoint is step 2"):
-    train_lib.train(config, str(workdir))
+    train_lib.train(config, str(workdir), allow_config_change=True)
+  assert any(r.getMessage().startswith("Resumed from step 2 ") for r in caplog.records)
+  # Step 3 (the loss of the restored params, still finite) is the first step logged again.
+  assert_continues_from(logged_records(workdir), 2, first=2)
   step, after = final_params(workdir)
   assert step == 2
   assert_trees_equal(after, good)
+
+
+def _files(directory) -> dict[str, bytes]:
+  return {str(p.relative_to(directory)): p.read_bytes()
+          for p in sorted(pathlib.Path(directory).rglob("*")) if p.is_file()}
+
+
+def test_a_workdir_refuses_another_config_unless_the_change_is_allowed(offline_data_dir,
+                                                                      tmp_path):
+  workdir = tmp_path / "run"
+  train_lib.train(tiny_config(offline_data_dir, total_steps=4), str(workdir))
+  before = _files(workdir)
+  assert {"config.json", "config_history.jsonl", "metrics.jsonl"} <= set(before)
+
+  # Another config: stops before anything is written, naming every differing key.
+  other = tiny_config(offline_data_dir, total_steps=4, lr=1e-2)
+  other.model.attention = "softmax"
+  with pytest.raises(workdir_config.ConfigChangedError, match=r"2 key\(s\) differ") as error:
+    train_lib.train(other, str(workdir))
+  assert '  lr: 0.003 -> 0.01\n' in str(error.value)
+  assert '  model.attention: "relu" -> "softmax"\n' in str(error.value)
+  assert "--allow_config_change" in str(error.value)
+  assert _files(workdir) == before
+
+  # A deliberate change (more steps) continues the run from its last checkpoint.
+  longer = tiny_config(offline_data_dir, total_steps=6)
+  result = train_lib.train(longer, str(workdir), allow_config_change=True)
+  assert result["start_step"] == 4 and result["step"] == 6
+  resumed = assert_continues_from(logged_records(workdir), 4, first=4)
+  assert [r["step"] for r in resumed] == [5, 6]
+  assert json.loads((workdir / "config.json").read_text())["total_steps"] == 6
+  history = [json.loads(line) for line in
+             (workdir / "config_history.jsonl").read_text().splitlines()]
+  assert [h["config"]["total_steps"] for h in history] == [4, 6]
+  assert history[0]["changes"] == [] and history[1]["changes"] == ["total_steps: 4 -> 6"]
+  assert all(h["time"] for h in history)
+
+  # The same config again resumes (here: nothing left to train) and records nothing new.
+  again = train_lib.train(tiny_config(offline_data_dir, total_steps=6), str(workdir))
+  assert again["start_step"] == 6 and again["step"] == 6
+  assert len((workdir / "config_history.jsonl").read_text().splitlines()) == 2
 
 
 # ------------------------------------------------------------------ config errors
@@ -154,6 +230,20 @@ def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(offline_data_di
     (dict(model=dict(variant="mu/4", attention="relu3")), "valid choices: softmax, relu"),
     (dict(model=dict(variant="mu/4", widht=3)), "Bad config.model.*widht"),
     (dict(loss="hinge"), "Unknown loss 'hinge'"),
+    (dict(lr=-0.1), r"config.lr=-0.1 must be a finite number > 0 \(the peak learning rate"),
+    (dict(lr=float("nan")), r"config.lr=nan must be a finite number > 0"),
+    (dict(wd=-1e-4), r"config.wd=-0.0001 must be a finite number >= 0"),
+    (dict(grad_clip_norm=-1.0), r"config.grad_clip_norm=-1.0 must be a finite number >= 0"),
+    (dict(lr_mults=[("head/.*", -2.0)]), r"lr_mults: the multiplier of 'head/\.\*' is -2.0"),
+    (dict(schedule=dict(warmup_steps=6)),
+     r"warmup \(6 steps\) must be shorter than the run \(6 steps\); lower warmup_steps"),
+    (dict(schedule=dict(warmup_steps=-1)), r"config.schedule.warmup_steps=-1 must be an int"),
+    (dict(schedule=dict(warmup_percent=5)), r"warmup_percent=5 must be a fraction in \[0, 1\)"),
+    (dict(schedule=dict(decay_type="exponential")),
+     r"decay_type='exponential' is unknown; valid: \['cosine', 'linear', 'rsqrt'\]"),
+    (dict(schedule=[("head/.*", dict(decay_type="rsqrt", timescale=0)), (".*", None)]),
+     r"config.schedule rule 'head/\.\*'.timescale=0 must be a finite number > 0"),
+    (dict(total_steps=0), r"config.total_steps=0 must be a positive number"),
     (dict(input=dict(data=dict(name="cifar100", split="train"), batch_size=16, pp="decode")),
      "Dataset 'cifar100' is not prepared"),
     (dict(xla_compiler_options=dict(xla_cpu_experimental_ynn_fusion_type=["reduce"])),
@@ -166,7 +256,8 @@ def test_bad_configs_fail_fast_with_a_clear_message(offline_data_dir, tmp_path, 
   for key, value in change.items():
     if key == "input" and "data_dir" not in value["data"]:
       value["data"]["data_dir"] = offline_data_dir
-    config[key] = value
+    with config.ignore_type():  # e.g. a schedule dict replaced by a list of rules
+      config[key] = value
   start = time.monotonic()
   with pytest.raises(ValueError if "not prepared" not in match else FileNotFoundError,
                      match=match):
@@ -208,20 +299,25 @@ def _write_config(tmp_path, config, name="config.py") -> str:
   return str(path)
 
 
-def _spawn(config_path, workdir, *, devices, extra=(), **popen):
+def _spawn(config_path, workdir, *, devices, extra=(), env=None, **popen):
   env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-         "JAX_PLATFORMS": "cpu"}
+         "JAX_PLATFORMS": "cpu", **(env or {})}
   return subprocess.Popen(
       [sys.executable, "-m", "big_vision_relu.train", "--config", config_path,
        "--workdir", str(workdir), *extra], env=env, cwd=ROOT, **popen)
 
 
-def _run(config_path, workdir, *, devices, extra=(), timeout=300):
+def _run(config_path, workdir, *, devices, extra=(), timeout=300, env=None):
   proc = _spawn(config_path, workdir, devices=devices, extra=extra, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True)
+                stderr=subprocess.STDOUT, text=True, env=env)
   out, _ = proc.communicate(timeout=timeout)
   assert proc.returncode == 0, out[-3000:]
   return out
+
+
+def _printed_result(out: str) -> dict:
+  """The JSON object the trainer prints last (its returned metrics; log lines may follow)."""
+  return json.JSONDecoder().raw_decode(out, out.rindex("\n{") + 1)[0]
 
 
 @pytest.mark.slow
@@ -251,6 +347,36 @@ def test_two_processes_equal_one_process(offline_data_dir, tmp_path):
   # Only process 0 printed the final metrics.
   assert sum('"training_loss"' in out for out in outs) == 1
 
+  # Another config into that workdir: every process stops alike, and nothing is written.
+  before = _files(tmp_path / "multi")
+  changed = config.copy_and_resolve_references()
+  changed.lr = 1e-2
+  changed_path = _write_config(tmp_path, changed, "changed.py")
+  port = _free_port()
+  procs = [_spawn(changed_path, tmp_path / "multi", devices=2, stdout=subprocess.PIPE,
+                  stderr=subprocess.STDOUT, text=True,
+                  extra=("--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2",
+                         "--process_id", str(i))) for i in range(2)]
+  for p in procs:
+    out = p.communicate(timeout=400)[0]
+    assert p.returncode != 0 and "ConfigChangedError" in out, out[-3000:]
+    assert "holds a run with another config: 1 key(s) differ" in out and "lr: 0.003 -> 0.01" in out
+  assert _files(tmp_path / "multi") == before
+
+
+@pytest.mark.slow
+def test_the_main_jobs_total_steps_can_be_set_on_the_command_line(offline_data_dir, tmp_path):
+  """configs/local/mnist_relu.py trains by epochs (total_steps is an unset placeholder); the
+  real trainer's --config flags switch it to steps."""
+  workdir = tmp_path / "run"
+  out = _run(MAIN_CONFIG, workdir, devices=1, env={"TFDS_DATA_DIR": offline_data_dir},
+             extra=("--config.total_epochs=None", "--config.total_steps=1"))
+  assert _printed_result(out)["step"] == 1
+  saved = json.loads((workdir / "config.json").read_text())
+  assert saved["total_steps"] == 1 and "total_epochs" not in saved
+  assert [r["step"] for r in logged_records(workdir)] == [1]
+  assert final_params(workdir)[0] == 1
+
 
 @pytest.mark.slow
 def test_kill9_then_resume_is_bit_identical(offline_data_dir, tmp_path):
@@ -271,10 +397,22 @@ def test_kill9_then_resume_is_bit_identical(offline_data_dir, tmp_path):
   steps_at_kill = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir()
                          if p.name.isdigit())
   assert steps_at_kill and 40 not in steps_at_kill, steps_at_kill
-  _run(path, workdir, devices=1)
-  step, resumed = final_params(workdir)
+  killed = logged_records(workdir)
+  out = _run(path, workdir, devices=1)
+  # It resumed from the newest checkpoint the kill left (orbax writes a step atomically) ...
+  start = max(steps_at_kill)
+  assert f"Resumed from step {start} " in out
+  assert _printed_result(out)["start_step"] == start
+  resumed = assert_continues_from(logged_records(workdir), start, first=len(killed))
+  assert [r["step"] for r in resumed] == [start + 1, *range(start + 5, 41, 5)]
+  # ... and its metrics continue the uninterrupted run's, step for step.
+  uninterrupted = {r["step"]: r for r in logged_records(tmp_path / "uninterrupted")}
+  for record in resumed[1:]:
+    assert {k: record[k] for k in TRAIN_METRICS} == {
+        k: uninterrupted[record["step"]][k] for k in TRAIN_METRICS}, record["step"]
+  step, resumed_params = final_params(workdir)
   assert step == 40
-  assert_trees_equal(resumed, expected)
+  assert_trees_equal(resumed_params, expected)
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ underfit in 30 epochs: 0.815 / 0.885).
 import ml_collections
 
 from big_vision_relu import recipes
-from big_vision_relu.config import parse_arg
+from big_vision_relu.config import optional, parse_arg
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -30,8 +30,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   epochs=30, seed=0, runlocal=False)
   config = ml_collections.ConfigDict()
   config.seed = arg.seed
-  config.total_epochs = arg.epochs if not arg.runlocal else None
-  config.total_steps = 6 if arg.runlocal else None
+  # Optional fields (placeholders): --config.total_epochs=None --config.total_steps=N works.
+  config.total_epochs = optional(None if arg.runlocal else arg.epochs)
+  config.total_steps = optional(6 if arg.runlocal else None)
   config.input = dict(
       data=dict(name="mnist5k", split="train"),
       batch_size=128 if not arg.runlocal else 16,

@@ -34,7 +34,7 @@ docs/reproduction.md.
 import ml_collections
 
 from big_vision_relu import recipes
-from big_vision_relu.config import parse_arg
+from big_vision_relu.config import optional, parse_arg
 
 # size -> (width, depth, heads, mlp_dim); head dimension 16 throughout.
 SIZES = {
@@ -51,8 +51,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   width, depth, heads, mlp_dim = SIZES[arg.size]
   config = ml_collections.ConfigDict()
   config.seed = arg.seed
-  config.total_epochs = arg.epochs if not arg.runlocal else None
-  config.total_steps = 4 if arg.runlocal else None
+  # Optional fields (placeholders): --config.total_epochs=None --config.total_steps=N works.
+  config.total_epochs = optional(None if arg.runlocal else arg.epochs)
+  config.total_steps = optional(4 if arg.runlocal else None)
   config.input = dict(data=dict(name="mnist5k", split="train"),
                       batch_size=32 if not arg.runlocal else 16, pp=recipes.MNIST_PP)
   config.num_classes = 10

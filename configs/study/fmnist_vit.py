@@ -22,7 +22,7 @@ Sizes keep the head dimension at 32 and grow in width (depth 4, MLP 4x width):
 import ml_collections
 
 from big_vision_relu import recipes
-from big_vision_relu.config import parse_arg
+from big_vision_relu.config import optional, parse_arg
 
 HEAD_DIM = 32
 SIZES = {"Ti": 64, "S": 96, "B": 128}  # size -> width; heads = width / HEAD_DIM
@@ -43,8 +43,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   width = SIZES[arg.size]
   config = ml_collections.ConfigDict()
   config.seed = arg.seed
-  config.total_epochs = arg.epochs if not arg.runlocal else None
-  config.total_steps = 4 if arg.runlocal else None
+  # Optional fields (placeholders): --config.total_epochs=None --config.total_steps=N works.
+  config.total_epochs = optional(None if arg.runlocal else arg.epochs)
+  config.total_steps = optional(4 if arg.runlocal else None)
   config.input = dict(data=dict(name=DATASET, split="train" if not arg.runlocal else "train[:64]"),
                       batch_size=arg.batch if not arg.runlocal else 16, pp=TRAIN_PP)
   config.num_classes = 10
