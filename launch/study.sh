@@ -6,7 +6,7 @@
 #   bash launch/study.sh fmnist              # start / resume in the background
 #   bash launch/study.sh fmnist status       # per-phase progress
 #   bash launch/study.sh fmnist stop         # trainers checkpoint and exit; waits for it
-#   bash launch/study.sh fmnist report       # tables and figures -> docs/<plan>/
+#   bash launch/study.sh fmnist report       # tables, figures, verdicts -> docs/fmnist/
 #
 # ROOT (default workdirs/<plan>) holds the runs' workdirs (checkpoints), ROOT/study.log and, for
 # a pinned study, ROOT/code: a git worktree at the study's commit, which the trainers run from.
@@ -15,9 +15,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PLAN="${1:-}"
+# Per plan: the datasets its runs read, its sweep files and where its report goes.
 case "$PLAN" in
-  fmnist) DATASETS=mnist5k,digits,fashion_mnist_local ;;
-  repro) DATASETS=mnist5k,digits ;;
+  fmnist) DATASETS=mnist5k,digits,fashion_mnist_local SWEEP_DIR=configs/study DOCS=docs/fmnist ;;
+  repro) DATASETS=mnist5k,digits SWEEP_DIR=configs/repro DOCS=docs/reproduction ;;
   *) echo "usage: bash launch/study.sh fmnist|repro [start|status|stop|report]" >&2; exit 2 ;;
 esac
 ROOT="${ROOT:-workdirs/$PLAN}"
@@ -69,11 +70,13 @@ case "${2:-start}" in
     ;;
   report)
     SWEEPS=()
-    for f in configs/"$( [ "$PLAN" = fmnist ] && echo study || echo repro )"/fig[1-4].py; do
+    for f in "$SWEEP_DIR"/fig[1-4].py; do
       SWEEPS+=(--sweep "$f")
     done
-    "$PY" -m big_vision_relu.report --root "$ARCHIVE" --out "docs/$( [ "$PLAN" = fmnist ] \
-      && echo fmnist || echo reproduction )" "${SWEEPS[@]}"
+    "$PY" -m big_vision_relu.report --root "$ARCHIVE" --out "$DOCS" "${SWEEPS[@]}"
+    if [ "$PLAN" = fmnist ]; then
+      "$PY" -m big_vision_relu.fmnist_report --archive "$ARCHIVE" --out "$DOCS"
+    fi
     ;;
   *)
     echo "usage: bash launch/study.sh fmnist|repro [start|status|stop|report]" >&2

@@ -70,3 +70,22 @@ def test_collectives_benchmark_finds_the_ring_permutes_only():
   (baseline,) = _rows(out, "softmax all-gather")
   assert "collective-permute" in ring and "all-gather" not in ring
   assert "all-gather" in baseline
+
+
+@pytest.mark.slow
+def test_study_throughput_benchmark_charges_each_run_its_evaluators(offline_data_dir,
+                                                                    monkeypatch):
+  monkeypatch.setenv("TFDS_DATA_DIR", offline_data_dir)
+  out = _run("study_throughput.py", "--configs",
+             "configs/repro/mnist_vit.py:size=Ti,patch=4,runlocal;"
+             "configs/local/mnist_relu.py:runlocal", "--steps", "2", "--rounds", "2")
+  rows = _rows(out, "configs/")
+  assert len(rows) == 2
+  cells = [[c.strip() for c in row.split("|")[1:-1]] for row in rows]
+  # The cadence of each config: runlocal runs 4 and 6 steps; every evaluator runs at the first
+  # and last step, and mnist_relu's at their log_percent too: test every 2 steps (1, 2, 4, 6),
+  # attention every step, fewshot every 3 (1, 3, 6).
+  assert cells[0][2:4] == ["4", "fewshot x2, test x2"]
+  assert cells[1][2:4] == ["6", "attention x6, fewshot x3, test x4"]
+  assert cells[0][7] == "1.00x [1.00, 1.00]" and cells[1][7].endswith("]")
+  assert all(float(c[4]) > 0 and float(c[5]) > 0 for c in cells)
