@@ -213,6 +213,20 @@ def claims_table(results: Sequence[RunResult]) -> list[str]:
   return _table(("claim", "Delta (points)", "SE", "seeds", "verdict (m = 1 point, 2 SE)"), rows)
 
 
+def held_out_lines(results: Sequence[RunResult]) -> list[str]:
+  """Is the held-out seed inside its arm's seed spread (mean +- 2 sd of seeds 0-2)?"""
+  arm = _by_seed(results, attention="relu", alpha=1.0)
+  held = arm.pop(fmnist.HELD_OUT_SEED, None)
+  seeds = [arm[s] for s in fmnist.SEEDS if s in arm]
+  if held is None or len(seeds) < len(fmnist.SEEDS):
+    return ["Held-out seed (relu/L, seed 3): not yet measured.", ""]
+  mean, sd = float(np.mean(seeds)), float(np.std(seeds, ddof=1))
+  inside = abs(held - mean) <= 2 * sd
+  return [f"Held-out seed (relu/L, seed {fmnist.HELD_OUT_SEED}): {_pct(held)}% against seeds "
+          f"0-2's {_pct(mean)} +- {100 * sd:.1f} (2 sd: {_pct(mean - 2 * sd)} to "
+          f"{_pct(mean + 2 * sd)}): **{'inside' if inside else 'OUTSIDE'}** the seed spread.", ""]
+
+
 def plot_curves(results: Sequence[RunResult], baselines: Mapping[int, Mapping[str, float]],
                 path: pathlib.Path) -> None:
   """Test accuracy against epochs for the L = 196 runs of phase A and calibration."""
@@ -254,7 +268,7 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
            "are docs/reproduction.md's 1.2.", "", "## Baselines", "",
            *baselines_table(baselines), "## Recipe calibration", "",
            *calibration_lines(results), "## Claims (paired over seeds)", "",
-           *claims_table(results), "## Every finished run beside its baselines", "",
+           *claims_table(results), *held_out_lines(results), "## Every finished run beside its baselines", "",
            *runs_table(results, baselines)]
   out.mkdir(parents=True, exist_ok=True)
   (out / "verdicts.md").write_text("\n".join(lines))

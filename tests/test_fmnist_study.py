@@ -15,7 +15,8 @@ from big_vision_relu import fmnist, fmnist_report, study
 from big_vision_relu import sweep as sweep_lib
 from big_vision_relu.data import datasets, fashion_mnist
 
-SWEEPS = [f"configs/study/{name}.py" for name in ("calibration", "fig1", "fig2", "fig3", "fig4")]
+SWEEPS = [f"configs/study/{name}.py"
+          for name in ("calibration", "held_out", "fig1", "fig2", "fig3", "fig4")]
 
 
 @pytest.fixture(autouse=True)
@@ -27,13 +28,14 @@ def test_plan_trains_every_run_once_phase_a_and_calibration_first():
   planned = study.plan(fmnist.PHASES)
   every = {r.run_id for path in SWEEPS for r in sweep_lib.load_sweep(path)}
   assert {p.run.run_id for p in planned} == every
-  assert len(planned) == len(every) == 61
+  assert len(planned) == len(every) == 62
   first = [p.run for p in planned[:4]]
   assert first == [fmnist.run(attention="softmax"), fmnist.run(attention="relu"),
                    *fmnist.calibration()]
   phase_a = {r.run_id for r in fmnist.phase_a()}
   assert {p.run.run_id for p in planned[:11]} == phase_a | {r.run_id for r in
                                                              fmnist.calibration()}
+  assert planned[11].run == fmnist.run(attention="relu", seed=fmnist.HELD_OUT_SEED)
   # Figure 3's qk-LN-on and Figure 4's ungated runs are Figure 2's: one run, several sweeps.
   shared = next(p for p in planned if p.run == fmnist.run(attention="relu2", alpha=1.5))
   assert set(shared.sweeps) == {"configs/study/fig2.py", "configs/study/fig3.py",
@@ -87,7 +89,8 @@ def test_verdicts_on_a_synthetic_archive(tmp_path):
       "test/pixel_1nn": 0.855, "test/pixel_ridge": 0.81, "fewshot/pixels/10shot_avg": 0.78,
       "fewshot/random_init/seed0/10shot_avg": 0.3}))
   text = fmnist_report.write(archive, tmp_path / "out").read_text()
-  assert "(6 of 61 runs finished)" in text
+  assert "(6 of 62 runs finished)" in text
+  assert "Held-out seed (relu/L, seed 3): not yet measured." in text
   assert "| relu/L approaches or matches softmax (L = 196) | -4.40 |" in text
   assert "does not hold |" in text.split("relu/L approaches")[1].splitlines()[0]
   assert "- (a) softmax >= 89%: met" in text
