@@ -6,6 +6,7 @@ In-process runs use tiny models; the multi-process, kill -9 and SIGTERM tests st
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from big_vision_relu import multihost
 from big_vision_relu import train as train_lib
 
 from conftest import ROOT, load_config_module
@@ -296,3 +298,81 @@ def test_sigterm_saves_and_exits_cleanly(offline_data_dir, tmp_path):
   assert "Preemption notice (SIGTERM)" in out
   step, _ = final_params(workdir)
   assert 3 <= step < 400  # saved where it stopped, although no checkpoint was due
+
+
+# ------------------------------------------------------------------ pods: preemption, dead peers
+
+
+def _spawn_pair(path, workdir, logs):
+  """Two real trainer processes (2 CPU devices each) joined on loopback, logging to `logs`
+  (files, not pipes: nobody reads a pipe while they run)."""
+  port = _free_port()
+  return [_spawn(path, workdir, devices=2, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                 extra=("--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2",
+                        "--process_id", str(i))) for i, log in enumerate(logs)]
+
+
+def _wait_for_steps(workdir, procs, n, timeout=240):
+  jsonl = workdir / "metrics.jsonl"
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline and all(p.poll() is None for p in procs) and (
+      not jsonl.exists() or len(jsonl.read_text().splitlines()) < n):
+    time.sleep(0.05)
+  assert all(p.poll() is None for p in procs), "a trainer ended before the signal"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signalled", ["all", "one"])
+def test_two_processes_sigterm_save_the_same_step_and_exit_0(offline_data_dir, tmp_path,
+                                                              signalled):
+  """SIGTERM to every worker (a preempted pod) or to one (a maintenance event on one host):
+  both processes agree on a step, save it, and exit 0 within 60 s."""
+  config = tiny_config(offline_data_dir, total_steps=100_000, ckpt_steps=1000,
+                       log_training_steps=1)
+  path = _write_config(tmp_path, config)
+  workdir = tmp_path / "run"
+  logs = [tmp_path / f"process{i}.log" for i in range(2)]
+  procs = _spawn_pair(path, workdir, logs)
+  _wait_for_steps(workdir, procs, 5)
+  sent = time.monotonic()
+  for proc in (procs if signalled == "all" else procs[1:]):
+    proc.send_signal(signal.SIGTERM)
+  for proc in procs:
+    proc.wait(timeout=60)
+  elapsed = time.monotonic() - sent
+  print(f"SIGTERM to {signalled}: both exited {elapsed:.1f} s later")
+  assert [p.returncode for p in procs] == [0, 0]
+  assert elapsed < 60
+  step, _ = final_params(workdir)
+  assert 5 <= step < 1000  # saved where they stopped, although no checkpoint was due
+  steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+  assert steps == [step]
+  stopped = [re.findall(r"Preemption notice \(SIGTERM to this or another process\) at step "
+                        r"(\d+)", log.read_text()) for log in logs]
+  assert stopped == [[str(step)], [str(step)]], stopped
+
+
+@pytest.mark.slow
+def test_two_processes_kill9_of_one_stops_the_other_with_a_message(offline_data_dir, tmp_path):
+  """kill -9 of a worker: the other exits non-zero within 3 minutes, saying a peer was lost
+  and which checkpoint a re-run resumes from; that checkpoint is intact."""
+  config = tiny_config(offline_data_dir, total_steps=100_000, ckpt_steps=5,
+                       log_training_steps=1)
+  path = _write_config(tmp_path, config)
+  workdir = tmp_path / "run"
+  logs = [tmp_path / f"process{i}.log" for i in range(2)]
+  procs = _spawn_pair(path, workdir, logs)
+  _wait_for_steps(workdir, procs, 12)
+  killed = time.monotonic()
+  procs[1].send_signal(signal.SIGKILL)
+  procs[1].wait()
+  procs[0].wait(timeout=180)
+  elapsed = time.monotonic() - killed
+  print(f"kill -9 of process 1: process 0 exited {elapsed:.1f} s later")
+  assert procs[0].returncode == multihost.PEER_LOST_EXIT_CODE
+  step, params = final_params(workdir)  # restores: intact
+  assert step >= 5 and jax.tree.leaves(params)
+  lines = [l for l in logs[0].read_text().splitlines() if l.startswith("error: Lost a peer")]
+  assert len(lines) == 1, logs[0].read_text()[-3000:]
+  assert "process 1 sent no heartbeat" in lines[0]
+  assert f"resumes from checkpoint {step} in {workdir / 'checkpoints'}" in lines[0]
