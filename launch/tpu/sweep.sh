@@ -16,7 +16,9 @@
 # each worker (bash launch/tpu/logs.sh fig1).
 # --vms A,B,...: the runs are dealt round-robin (run i to VM i mod N, in list order) and each VM
 # runs its share as above; every VM must exist and have been set up (TPU_NAME=A bash
-# launch/tpu/setup.sh, ...) in the same ZONE and PROJECT. TPU_NAME is not used.
+# launch/tpu/setup.sh, ...) in the same ZONE and PROJECT, all of type TPU_TYPE. TPU_NAME is not
+# used. TPU_TYPE decides --multihost (several hosts: jax.distributed.initialize() on every
+# worker) or --nomultihost (one host: never).
 # Restart-safe: the trainer resumes an unfinished run from its checkpoint and exits at once for
 # a finished one, so re-running this command (e.g. after a preemption, on a new VM) continues
 # the sweep where it stopped. A failed run (e.g. a non-finite loss) is logged and the loop goes
@@ -43,11 +45,12 @@ if [[ -n ${OPT_vms} ]]; then
       [[ ${vms[w]} != "${vms[v]}" ]] || usage_error "--vms: ${vms[v]} is given twice"
     done
   done
-  require PROJECT ZONE BUCKET
+  require PROJECT ZONE BUCKET TPU_TYPE
 else
-  require TPU_NAME PROJECT ZONE BUCKET
+  require TPU_NAME PROJECT ZONE BUCKET TPU_TYPE
   vms=("${TPU_NAME}")
 fi
+multihost="$(multihost_flag "${TPU_TYPE}")"
 need_gcloud
 
 # The runs: "<id>\t<config>" lines.
@@ -94,7 +97,7 @@ main() {
   local failed=()
   run() {  # run RUN_ID CONFIG WORKDIR
     echo \"== \$(date -u +%FT%TZ) start \$1: --config \$2 --workdir \$3\"
-    if .venv/bin/python -m big_vision_relu.train --config \"\$2\" --workdir \"\$3\"; then
+    if .venv/bin/python -m big_vision_relu.train --config \"\$2\" --workdir \"\$3\" ${multihost}; then
       echo \"== \$(date -u +%FT%TZ) end \$1 (exit 0)\"
     else
       local rc=\$?
