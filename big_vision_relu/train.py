@@ -282,8 +282,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str, run: Setup) -> dict[
       process_index=jax.process_index(), process_count=jax.process_count(),
       prefetch=config.input.get("prefetch", 2))
   writer = metrics_lib.MetricWriter(workdir)
+  # The paper's unit is the TensorCore: on v4 / v5p one device is a chip of two.
+  cores = jax.device_count() * metrics_lib.tensorcores_per_device(jax.devices()[0].device_kind)
   progress = metrics_lib.Progress(total_steps=steps["total"], first_step=start_step,
-                                  num_devices=jax.device_count(), examples_per_step=batch_size,
+                                  num_devices=cores, examples_per_step=batch_size,
                                   core_hours=core_hours,
                                   core_clock=(time.process_time
                                               if jax.default_backend() == "cpu" else None))
