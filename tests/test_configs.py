@@ -139,3 +139,24 @@ def test_analytic_flops_match_xla_cost_analysis(kw, size, channels, slack):
   analytic = cost.forward_flops_per_image(kw, image_size=size, channels=channels,
                                           num_classes=1000)
   assert analytic <= xla_flops["flops"] <= slack * analytic
+
+
+@pytest.mark.parametrize("path", ["configs/vit_i21k.py", "configs/vit_i1k.py"])
+def test_paper_fewshot_preprocessing_is_big_visions(path):
+  """resize(256)|central_crop(224), as big_vision's few-shot configs; not a squash to 224."""
+  fewshot = load_config_module(path).get_config("").evals.fewshot
+  for pp in (fewshot.pp_train, fewshot.pp_eval):
+    assert "|resize(256)|central_crop(224)|" in pp, pp
+  # On a real (non-square) JPEG: squashed to 256 x 256, then the central 224 x 224.
+  import numpy as np
+  import tensorflow as tf
+
+  from big_vision_relu.data import pp as pp_lib
+  pixels = np.random.default_rng(0).integers(0, 256, (300, 400, 3), np.uint8)
+  jpeg = tf.io.encode_jpeg(pixels)
+  out = pp_lib.get_preprocess_fn(fewshot.pp_eval)({"image": jpeg, "label": tf.constant(3)})
+  assert out["image"].shape == (224, 224, 3) and int(out["label"]) == 3
+  assert -1 <= float(tf.reduce_min(out["image"])) <= float(tf.reduce_max(out["image"])) <= 1
+  # The offline configs keep squashing their small images to the model's size.
+  local = load_config_module("configs/local/mnist_relu.py").get_config("").evals.fewshot
+  assert "|resize(28)|" in local.pp_train and "central_crop" not in local.pp_train
