@@ -332,14 +332,30 @@ def test_run_argument_errors(sh):
     assert nothing_run(result)
 
 
+def test_sweeps_sharing_a_run_give_it_one_workdir(sh):
+  """Figure 3's qk-LN-on half is Figure 2's runs: both sweeps' loop scripts train it in the same
+  gs://BUCKET/runs/<run id>, so the second finds it finished (the trainer exits at once), and
+  `report --root gs://BUCKET` reads the same path (test_report.py)."""
+  by_sweep = {}
+  for figure in ("fig2", "fig3"):
+    result = sh("sweep.sh", f"configs/paper/{figure}.py", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    [script] = sweep_scripts(result).values()
+    by_sweep[figure] = {run_id: workdir for run_id, _, workdir in script}
+  shared = set(by_sweep["fig2"]) & set(by_sweep["fig3"])
+  assert len(shared) == 48
+  for run_id in shared:
+    assert by_sweep["fig2"][run_id] == by_sweep["fig3"][run_id] == f"gs://bucket/runs/{run_id}"
+
+
 def test_sweep_fig1_on_one_vm(sh):
   result = sh("sweep.sh", FIG1, "--dry-run")
   assert result.returncode == 0, result.stderr
   runs = fig1_runs()
   assert sweep_scripts(result) == {"relu-test": [
-      [run_id, config, f"gs://bucket/runs/fig1/{run_id}"] for run_id, config in runs]}
+      [run_id, config, f"gs://bucket/runs/{run_id}"] for run_id, config in runs]}
   for run_id, _ in runs:
-    assert f"gs://bucket/runs/fig1/{run_id}" in result.stdout
+    assert f"gs://bucket/runs/{run_id}" in result.stdout
   scp, start = commands(result)
   assert scp[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "scp"]
   assert scp[5].endswith("/fig1-relu-test.sh")
@@ -356,7 +372,7 @@ def test_sweep_fig1_on_one_vm(sh):
 def test_sweep_round_robin_over_two_vms(sh, vms_args):
   result = sh("sweep.sh", FIG1, *vms_args, "--dry-run", env={"TPU_NAME": None})
   assert result.returncode == 0, result.stderr
-  runs = [[run_id, config, f"gs://bucket/runs/fig1/{run_id}"] for run_id, config in fig1_runs()]
+  runs = [[run_id, config, f"gs://bucket/runs/{run_id}"] for run_id, config in fig1_runs()]
   assert sweep_scripts(result) == {"tpu-a": runs[0::2], "tpu-b": runs[1::2]}
   targets = [(argv[4], argv[5]) for argv in commands(result)]
   assert [t[0] for t in targets] == ["scp", "ssh", "scp", "ssh"]
@@ -450,7 +466,7 @@ REQUIRED = {
     "data.sh": (["cifar100"], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET"]),
     "run.sh": (["configs/vit_i21k.py", "x"], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET",
                                              "TPU_TYPE"]),
-    "sweep.sh": ([FIG1], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET"]),
+    "sweep.sh": ([FIG1], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET", "TPU_TYPE"]),
     "status.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
     "logs.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
     "stop.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
@@ -737,7 +753,7 @@ def test_fake_sweep_runs_everything_in_order_and_survives_a_failure(sh, cloud):
   for worker in range(2):
     calls = cloud.train_calls(worker)
     assert [c["argv"] for c in calls] == [
-        ["--config", config, "--workdir", f"gs://bucket/runs/fig1/{run_id}"]
+        ["--config", config, "--workdir", f"gs://bucket/runs/{run_id}", "--multihost"]
         for run_id, config in runs]
     assert {c["tfds_data_dir"] for c in calls} == {DATA_DIR}
     assert f"FAILED {failing} (exit 3)" in logs[worker].read_text()
@@ -751,7 +767,7 @@ def test_fake_sweep_round_robin(sh, cloud):
   result = sh("sweep.sh", FIG1, "--vms", "tpu-a,tpu-b", path_prefix=cloud.bin,
               env={**cloud.env, "TPU_NAME": None})
   assert result.returncode == 0, result.stderr
-  workdirs = [f"gs://bucket/runs/fig1/{run_id}" for run_id, _ in fig1_runs()]
+  workdirs = [f"gs://bucket/runs/{run_id}" for run_id, _ in fig1_runs()]
   for vm, expected in (("tpu-a", workdirs[0::2]), ("tpu-b", workdirs[1::2])):
     log = cloud.home(1, vm) / "logs" / "fig1.log"
     wait_for(lambda log=log: log.exists() and "5 runs, 0 failed" in log.read_text())

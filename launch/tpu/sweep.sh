@@ -8,8 +8,9 @@
 #
 # The runs come from `python -m big_vision_relu.sweep SWEEP_FILE --list`, run here (with
 # .venv/bin/python if there is one, else python3), as `<run id> <config>`. Run ids are stable,
-# and each run's workdir is gs://$BUCKET/runs/<sweep name>/<run id> (sweep name: the file's
-# name without .py, e.g. fig1).
+# and each run's workdir is gs://$BUCKET/runs/<run id>, whichever sweeps list it: a run shared by
+# several figures (Figure 3's qk-LN-on half is Figure 2's) trains once, and the second sweep
+# finds it finished (`python -m big_vision_relu.report --root gs://$BUCKET` reads the same paths).
 # One VM ($TPU_NAME): the runs go one after another. A loop script (~/sweeps/<sweep>.sh, shown by
 # --dry-run) is copied to every worker and started on all of them in the background; every
 # worker runs the same sequence, so each run is one multi-host job. Log: ~/logs/<sweep>.log on
@@ -70,7 +71,7 @@ done <<< "${listing}"
 ((${#ids[@]})) || die "${sweep_file} lists no runs"
 
 data_dir="$(gcs_data_dir)"
-root="$(gcs_runs_dir)/${sweep}"
+root="$(gcs_runs_dir)"
 n_vms=${#vms[@]}
 if [[ ${DRY_RUN} == 1 ]]; then
   tmp="${TMPDIR:-/tmp}/big_vision_relu-sweep.XXXXXX"
