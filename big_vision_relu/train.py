@@ -153,6 +153,8 @@ def setup(config: ml_collections.ConfigDict,
           devices: Sequence[jax.Device] | None = None) -> Setup:
   """Validates `config` and builds the model, mesh, optimizer and (abstract) state."""
   cfg_lib.validate_train_config(config)
+  # Every missing dataset in one message, before any is opened (a paper config reads 11).
+  datasets.check_prepared(datasets.required_datasets(config))
   mesh = sharding.make_mesh(config.get("mesh", [(DATA_AXIS, -1)]), devices)
   if DATA_AXIS not in mesh.shape:
     raise ValueError(f"config.mesh needs a {DATA_AXIS!r} axis for the batch; got {config.mesh}.")
