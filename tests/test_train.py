@@ -376,3 +376,35 @@ def test_two_processes_kill9_of_one_stops_the_other_with_a_message(offline_data_
   assert len(lines) == 1, logs[0].read_text()[-3000:]
   assert "process 1 sent no heartbeat" in lines[0]
   assert f"resumes from checkpoint {step} in {workdir / 'checkpoints'}" in lines[0]
+
+
+@pytest.mark.slow
+def test_two_processes_kill9_then_resume_equals_an_uninterrupted_run(offline_data_dir, tmp_path):
+  """A pod losing every worker at once (kill -9 of both), re-run: resumes from the last
+  checkpoint and ends bit-identical to an uninterrupted 2-process run."""
+  config = tiny_config(offline_data_dir, total_steps=30, ckpt_steps=5, log_training_steps=5)
+  path = _write_config(tmp_path, config)
+  logs = [tmp_path / f"uninterrupted{i}.log" for i in range(2)]
+  for proc in _spawn_pair(path, tmp_path / "uninterrupted", logs):
+    assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
+  _, expected = final_params(tmp_path / "uninterrupted")
+
+  workdir = tmp_path / "killed"
+  procs = _spawn_pair(path, workdir, [tmp_path / f"killed{i}.log" for i in range(2)])
+  first = workdir / "checkpoints" / "10"
+  deadline = time.monotonic() + 300
+  while not first.exists() and time.monotonic() < deadline and procs[0].poll() is None:
+    time.sleep(0.05)
+  for proc in procs:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+  steps_at_kill = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir()
+                         if p.name.isdigit())
+  assert steps_at_kill and 30 not in steps_at_kill, steps_at_kill
+  logs = [tmp_path / f"resumed{i}.log" for i in range(2)]
+  for proc in _spawn_pair(path, workdir, logs):
+    assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
+  assert f"Resumed from step {steps_at_kill[-1]}" in logs[0].read_text()
+  step, resumed = final_params(workdir)
+  assert step == 30
+  assert_trees_equal(resumed, expected)
