@@ -67,8 +67,10 @@ def test_sweeps_expand_to_the_papers_runs(figure, count, monkeypatch):
   monkeypatch.chdir(ROOT)  # config arguments are relative to the repository, as in launch/
   runs = sweep.load_sweep(f"configs/paper/{figure}.py")
   assert len(runs) == count == len({r.run_id for r in runs})
-  for run in runs[:3] + runs[-3:]:  # every run's config argument is a valid config
-    cfg_lib.validate_train_config(sweep.load_config(run))
+  for run in runs:  # every run's config argument is a valid config with a valid model
+    config = sweep.load_config(run)
+    cfg_lib.validate_train_config(config)
+    train_lib.make_model(config)
 
 
 @pytest.mark.parametrize("figure,count", [("fig1", 18), ("fig2", 174), ("fig3", 64),
