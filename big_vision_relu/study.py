@@ -15,8 +15,8 @@ The archive (`--archive`; launch/repro.sh gives results/repro, committed to the 
 when a run is done the study copies its results, config.json, metrics.jsonl and DIVERGED if
 any, but no checkpoints, to `<archive>/runs/<run id>`, which is where `big_vision_relu.report
 --root <archive>` looks (sweep.workdir), and links it from each of its sweeps' directories
-`<archive>/<sweep>/<run id>` for browsing. The study may take more sessions than a workdir lives: a run in the archive is
-never trained again, whatever became of `<root>`.
+`<archive>/<sweep>/<run id>` for browsing. The study may take more sessions than a workdir
+lives: a run in the archive is never trained again, whatever became of `<root>`.
 
 Pinned code (`--commit`): the trainers run from a git worktree of this repository at that commit
 (`<root>/code`, made on first use), so changes on main never change a study mid-way; a worktree
