@@ -12,8 +12,10 @@ small JSON dict (e.g. the data position or cumulative core hours).
 
 Policies:
 
-- save when ``step % save_interval_steps == 0``, or when orbax detects a preemption signal
-  (JAX's preemption sync point, on TPU pods), or when ``force=True``;
+- save when ``step % save_interval_steps == 0``, or when ``force=True`` (the trainer forces
+  the step at which every process agreed on a preemption notice: see multihost.py; orbax's
+  own preemption policy is not used, as it relies on JAX's C++ SIGTERM handler, which the
+  trainer's Python handler replaces);
 - keep the newest ``keep_last`` steps, plus every step that is a multiple of
   ``keep_every_steps`` (big_vision's ``keep_ckpt_steps``), which is never deleted.
 
@@ -91,12 +93,7 @@ class Checkpointer:
     if keep_every_steps is not None:
       keep.append(policies.EveryNSteps(interval_steps=keep_every_steps))
     options = ocp.CheckpointManagerOptions(
-      save_decision_policy=policies.AnySavePolicy(
-        [
-          policies.FixedIntervalPolicy(save_interval_steps),
-          policies.PreemptionCheckpointingPolicy(),
-        ]
-      ),
+      save_decision_policy=policies.FixedIntervalPolicy(save_interval_steps),
       preservation_policy=policies.AnyPreservationPolicy(keep),
       enable_async_checkpointing=async_save,
       create=True,
@@ -125,10 +122,6 @@ class Checkpointer:
   def should_save(self, step: int) -> bool:
     """Whether ``save(step, ...)`` without ``force`` would write."""
     return self._manager.should_save(step)
-
-  def reached_preemption(self, step: int) -> bool:
-    """True once the job received a preemption notice: save (it will write) and exit."""
-    return self._manager.reached_preemption(step)
 
   def save(
     self,

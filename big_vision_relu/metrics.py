@@ -122,6 +122,18 @@ class MetricWriter:
     self.close()
 
 
+def tensorcores_per_device(device_kind: str) -> int:
+  """TensorCores behind one JAX device of this kind: the paper's "core" (core hours, img/sec/core).
+
+  v4 and v5p chips have 2 TensorCores that JAX shows as one device (megacore); v2 and v3 show
+  each TensorCore as a device; v5e / v6e ("lite") chips have one. Anything else (CPU, GPU): 1.
+  """
+  kind = device_kind.lower()
+  if "lite" not in kind and kind.startswith(("tpu v4", "tpu v5")):
+    return 2
+  return 1
+
+
 class Progress:
   """Throughput, ETA and cumulative core hours of a run, from an injectable clock."""
 
@@ -141,7 +153,8 @@ class Progress:
     Args:
       total_steps: the run's last step, for the ETA and percentage.
       first_step: the step the loop starts from (the restored step, or 0).
-      num_devices: devices of the whole job (``jax.device_count()``), i.e. the cores.
+      num_devices: TensorCores of the whole job (``jax.device_count()`` times
+        :func:`tensorcores_per_device`), i.e. the cores.
       examples_per_step: global batch size.
       core_hours: core hours spent before this process (from the checkpoint; 0 if new).
       clock: seconds, monotonic; injectable for tests.

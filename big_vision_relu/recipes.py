@@ -59,11 +59,19 @@ def eval_pp(num_classes: int, size: int = 224) -> str:
 
 
 def fewshot_eval(datasets: dict, size: int, batch_size: int, *, channels: int = 3,
-                 **options: Any) -> dict:
+                 resize: int | None = None, **options: Any) -> dict:
   """The 10-shot, 3-seed linear probe on `datasets` ({name: (tfds, train, test)}); `options`
   are more keys of the evaluator (its cadence `log_steps=...`, `data_dir`); without a cadence
-  it runs at the first and last step only."""
-  pp = (f'decode(channels={channels})|resize({size})|value_range(-1, 1)|'
+  it runs at the first and last step only.
+
+  `resize`: squash to resize x resize, then take the central size x size crop, as big_vision's
+  few-shot configs do (`resize(256)|central_crop(224)`: the paper's numbers depend on it);
+  None squashes straight to `size` (the small offline datasets, whose images are that size).
+  """
+  if resize is not None and resize < size:
+    raise ValueError(f"fewshot_eval: resize={resize} must be >= size={size} (the crop).")
+  geometry = f"resize({size})" if resize is None else f"resize({resize})|central_crop({size})"
+  pp = (f'decode(channels={channels})|{geometry}|value_range(-1, 1)|'
         'keep("image", "label")')
   return dict(type="fewshot", datasets=datasets, pp_train=pp, pp_eval=pp, shots=(10,),
               seeds=(0, 1, 2), batch_size=batch_size, **options)

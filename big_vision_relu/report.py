@@ -1,6 +1,6 @@
 r"""Results of a sweep: a CSV, a Markdown table and its figure, from the runs' workdirs.
 
-    python -m big_vision_relu.report --sweep configs/paper/fig2.py --root gs://BUCKET/runs \
+    python -m big_vision_relu.report --sweep configs/paper/fig2.py --root gs://BUCKET \
         --out docs/results
     python -m big_vision_relu.report --sweep configs/repro/fig1.py --sweep configs/repro/fig4.py \
         --root results/repro --out docs/reproduction
@@ -14,7 +14,8 @@ sets none): the accuracy and few-shot metrics and their labels, the core hours' 
 run argument whose values make the columns of Figures 2-4 (`panel_key`, titled with
 `panel_title`).
 
-What is read. A run's workdir is `<root>/<sweep name>/<run id>` (`sweep.workdir`). From it:
+What is read. A run's workdir is `<root>/runs/<run id>` (`sweep.workdir`: one per run, shared by
+every sweep that lists it). From it:
 
 - `metrics.jsonl`, one JSON object per logged step (`big_vision_relu.metrics`). Lines are
   replayed in file order: a line for step s first drops every record of a step > s (those were
@@ -785,7 +786,7 @@ def report_sweeps(sweep_paths: Sequence[str], root: str, out_dir: str) -> None:
 def main(argv: Sequence[str]) -> None:
   """`python -m big_vision_relu.report --sweep FILE [--sweep FILE ...] --root DIR --out DIR`:
   tables (CSV, Markdown) and the figure of sweeps, from their runs' metrics.jsonl under
-  ROOT/<sweep>/<run id>."""
+  ROOT/runs/<run id>."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments {argv[1:]}; pass --sweep, --root and --out.")
   report_sweeps(FLAGS.sweep, FLAGS.root, FLAGS.out)

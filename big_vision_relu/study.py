@@ -13,10 +13,10 @@ a run's core hours are then its own CPU time).
 
 The archive (`--archive`; launch/repro.sh gives results/repro, committed to the repository):
 when a run is done the study copies its results, config.json, metrics.jsonl and DIVERGED if
-any, but no checkpoints, to `<archive>/runs/<run id>`, and links it from each of its sweeps'
-directories `<archive>/<sweep>/<run id>`, which is where `big_vision_relu.report --root
-<archive>` looks. The study may take more sessions than a workdir lives: a run in the archive is
-never trained again, whatever became of `<root>`.
+any, but no checkpoints, to `<archive>/runs/<run id>`, which is where `big_vision_relu.report
+--root <archive>` looks (sweep.workdir), and links it from each of its sweeps' directories
+`<archive>/<sweep>/<run id>` for browsing. The study may take more sessions than a workdir
+lives: a run in the archive is never trained again, whatever became of `<root>`.
 
 Pinned code (`--commit`): the trainers run from a git worktree of this repository at that commit
 (`<root>/code`, made on first use), so changes on main never change a study mid-way; a worktree
@@ -166,7 +166,7 @@ def archive_run(root: pathlib.Path, archive: pathlib.Path, item: PlannedRun,
 def link_sweep_dirs(archive: pathlib.Path, item: PlannedRun) -> None:
   """<archive>/<sweep>/<run id> -> ../runs/<run id> for every sweep of the run."""
   for path in item.sweeps:
-    link = pathlib.Path(sweep_lib.workdir(str(archive), path, item.run))
+    link = pathlib.Path(sweep_lib.sweep_link(str(archive), path, item.run))
     link.parent.mkdir(parents=True, exist_ok=True)
     if not link.is_symlink():
       link.symlink_to(pathlib.Path("..") / "runs" / item.run.run_id)

@@ -2,7 +2,9 @@ r"""Sweeps: a figure's list of runs, each a config with arguments, under a stabl
 
 A sweep file (configs/paper/fig*.py) defines `get_sweep() -> list[Run]`. A run's id is made from
 its config and arguments only, so it never changes when runs are added or reordered, and it
-names the run's workdir: `<workdir_root>/<sweep name>/<run id>`.
+names the run's workdir: `<workdir_root>/runs/<run id>`, one per run id whichever sweeps list
+it (Figure 3's qk-LN-on half and Figure 1's S runs are Figure 2's runs: trained once, found by
+every figure's report; `launch/tpu/sweep.sh` writes the same paths).
 
     python -m big_vision_relu.sweep configs/paper/fig2.py --list
     python -m big_vision_relu.sweep configs/paper/fig2.py --run i21k-S16-relu-a1-qkln --workdir_root DIR
@@ -149,6 +151,14 @@ def sweep_name(path: str) -> str:
 
 
 def workdir(root: str, path: str, run: Run) -> str:
+  """`<root>/runs/<run id>`: the same for every sweep listing the run (`path` is only checked
+  to be a sweep file name, for the callers' symmetry)."""
+  del path
+  return f"{root.rstrip('/')}/runs/{run.run_id}"
+
+
+def sweep_link(root: str, path: str, run: Run) -> str:
+  """`<root>/<sweep name>/<run id>`: where a local archive links the run for browsing."""
   return f"{root.rstrip('/')}/{sweep_name(path)}/{run.run_id}"
 
 
@@ -180,5 +190,5 @@ if __name__ == "__main__":
   flags.DEFINE_bool("list", False, "Print '<run id>\\t<--config value>' per run.")
   flags.DEFINE_string("run", None, "Run the run with this id (python -m big_vision_relu.train "
                       "in this process's environment).")
-  flags.DEFINE_string("workdir_root", None, "Workdirs are ROOT/<sweep>/<run id>.")
+  flags.DEFINE_string("workdir_root", None, "Workdirs are ROOT/runs/<run id>.")
   app.run(main)

@@ -18,8 +18,6 @@ import dataclasses
 import json
 import logging as std_logging
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -37,6 +35,7 @@ from etils import epath
 from big_vision_relu import checkpoint as ckpt_lib
 from big_vision_relu import config as cfg_lib
 from big_vision_relu import metrics as metrics_lib
+from big_vision_relu import multihost as multihost_lib
 from big_vision_relu import optim
 from big_vision_relu import sharding
 from big_vision_relu import workdir_config
@@ -64,31 +63,12 @@ def make_model(config: ml_collections.ConfigDict) -> vit._Model:  # noqa: SLF001
 
 
 def initialize_distributed(coordinator_address: str | None, num_processes: int | None,
-                           process_id: int | None) -> None:
-  """Joins a multi-process job: explicit flags, or automatically on a Cloud TPU VM pod."""
-  if coordinator_address:
-    if num_processes is None or process_id is None:
-      raise ValueError("--coordinator_address needs --num_processes and --process_id.")
-    jax.distributed.initialize(coordinator_address, num_processes, process_id)
-  elif os.environ.get("TPU_WORKER_HOSTNAMES", "localhost") != "localhost":
-    jax.distributed.initialize()  # Cloud TPU pod: everything is auto-detected.
-
-
-class _SigtermFlag:
-  """Set by SIGTERM in a single-process run (multi-process runs use orbax's preemption sync)."""
-
-  def __init__(self):
-    self.event = threading.Event()
-    self._previous = None
-
-  def __enter__(self):
-    if threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, lambda *_: self.event.set())
-    return self
-
-  def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+                           process_id: int | None, multihost: bool | None = None) -> None:
+  """Joins a multi-process job when multihost.decide_initialize says so (explicit flags,
+  --multihost on a multi-host TPU VM, or a multi-host TPU_WORKER_HOSTNAMES); else nothing."""
+  multihost_lib.initialize(coordinator_address=coordinator_address,
+                           num_processes=num_processes, process_id=process_id,
+                           multihost=multihost)
 
 
 def _tree_l2(tree: Any) -> jax.Array:
@@ -177,6 +157,8 @@ def setup(config: ml_collections.ConfigDict,
   """Validates `config` and builds the model, mesh, optimizer and (abstract) state."""
   config = cfg_lib.without_unset(config)
   cfg_lib.validate_train_config(config)
+  # Every missing dataset in one message, before any is opened (a paper config reads 11).
+  datasets.check_prepared(datasets.required_datasets(config))
   mesh = sharding.make_mesh(config.get("mesh", [(DATA_AXIS, -1)]), devices)
   if DATA_AXIS not in mesh.shape:
     raise ValueError(f"config.mesh needs a {DATA_AXIS!r} axis for the batch; got {config.mesh}.")
@@ -268,9 +250,12 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   steps); otherwise that stops before anything is written.
   """
   config = cfg_lib.without_unset(config)  # unset placeholders read as missing keys
-  run = setup(config, devices)
-  with jax.set_mesh(run.mesh):
-    return _train(config, workdir, run, allow_config_change)
+  # SIGTERM from here on saves and exits (main() installs it even earlier, before the job is
+  # joined), so that a notice during set-up or compilation is not lost.
+  with multihost_lib.SigtermHandler():
+    run = setup(config, devices)
+    with jax.set_mesh(run.mesh):
+      return _train(config, workdir, run, allow_config_change)
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str, run: Setup,
@@ -286,6 +271,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, run: Setup,
   ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints", save_interval_steps=steps["ckpt"],
                                keep_last=config.get("keep_last_ckpts", 2),
                                keep_every_steps=config.get("keep_ckpt_steps"))
+  multihost_lib.set_checkpoint_dir(ckpt.directory)  # named if a peer process dies
 
   restored = ckpt.restore_latest(run.target)
   if restored is not None:
@@ -307,8 +293,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str, run: Setup,
       process_index=jax.process_index(), process_count=jax.process_count(),
       prefetch=config.input.get("prefetch", 2))
   writer = metrics_lib.MetricWriter(workdir)
+  # The paper's unit is the TensorCore: on v4 / v5p one device is a chip of two.
+  cores = jax.device_count() * metrics_lib.tensorcores_per_device(jax.devices()[0].device_kind)
   progress = metrics_lib.Progress(total_steps=steps["total"], first_step=start_step,
-                                  num_devices=jax.device_count(), examples_per_step=batch_size,
+                                  num_devices=cores, examples_per_step=batch_size,
                                   core_hours=core_hours,
                                   core_clock=(time.process_time
                                               if jax.default_backend() == "cpu" else None))
@@ -331,8 +319,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str, run: Setup,
     return bool(due)
 
   step = start_step
+  preemption = multihost_lib.PreemptionNotice(mesh.devices)
   try:
-    with _SigtermFlag() as sigterm:
+    with multihost_lib.SigtermHandler():  # already entered by train(); harmless
       for step in range(start_step + 1, steps["total"] + 1):
         host_batch = next(batches)
         batch = input_pipeline.make_global_batch(
@@ -357,10 +346,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str, run: Setup,
           logging.info("%s | loss %.4f", progress.line(step), values["training_loss"])
         if run_evals(step) or log_now:
           writer.flush()
-        preempted = (sigterm.event.is_set() if jax.process_count() == 1
-                     else ckpt.reached_preemption(step))
-        if preempted:
-          logging.warning("Preemption notice (SIGTERM) at step %d: saving and exiting.", step)
+        if preemption.stop(step):
+          logging.warning("Preemption notice (SIGTERM%s) at step %d: saving and exiting.",
+                          " to this or another process" if jax.process_count() > 1 else "",
+                          step)
           save(step, force=True)
           break
         save(step, force=step == steps["total"])
@@ -387,10 +376,14 @@ class _QuietLibraries(std_logging.Filter):
 def main(argv: list[str]) -> None:
   del argv
   logging.get_absl_handler().addFilter(_QuietLibraries())
-  initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   if FLAGS.workdir is None:
     raise app.UsageError("--workdir is required.")
-  result = train(FLAGS.config, FLAGS.workdir, allow_config_change=FLAGS.allow_config_change)
+  with multihost_lib.SigtermHandler():
+    initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
+                           FLAGS.multihost)
+    with multihost_lib.PeerWatchdog():  # a dead peer: one line, then exit (multi-process only)
+      result = train(FLAGS.config, FLAGS.workdir,
+                     allow_config_change=FLAGS.allow_config_change)
   if jax.process_index() == 0:
     print(json.dumps(result, indent=1, sort_keys=True))
 
@@ -406,4 +399,8 @@ if __name__ == "__main__":
   flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process).")
   flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process).")
   flags.DEFINE_integer("process_id", None, "This process's index (multi-process).")
+  flags.DEFINE_bool("multihost", None, "Join a multi-host job (jax.distributed.initialize(), "
+                    "auto-detected): launch/tpu/*.sh pass it on multi-host TPU VMs; "
+                    "--nomultihost never joins. Default: only with --coordinator_address or "
+                    "a multi-host TPU_WORKER_HOSTNAMES.")
   app.run(main)

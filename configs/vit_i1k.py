@@ -57,8 +57,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                           pp_fn=pp_eval, batch_size=1024, log_steps=2500)
   config.evals.v2 = dict(type="classification", data=dict(name="imagenet_v2", split="test"),
                          pp_fn=pp_eval, batch_size=1024, log_steps=2500)
-  config.evals.fewshot = recipes.fewshot_eval(recipes.FEWSHOT_8, size=224, batch_size=512,
-                                               log_steps=10_000)
+  # big_vision's few-shot preprocessing: resize(256)|central_crop(224).
+  config.evals.fewshot = recipes.fewshot_eval(recipes.FEWSHOT_8, size=224, resize=256,
+                                              batch_size=512, log_steps=10_000)
   if arg.runlocal:
     config = recipes.local_config(config)
   return config

@@ -63,8 +63,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                                            split="validation"),
                           pp_fn=recipes.eval_pp(1000), batch_size=1024,
                           label_map="i21k_to_i1k", log_steps=2000)
-  config.evals.fewshot = recipes.fewshot_eval(recipes.FEWSHOT_8, size=224, batch_size=512,
-                                              log_steps=10_000)
+  # big_vision's few-shot preprocessing: resize(256)|central_crop(224).
+  config.evals.fewshot = recipes.fewshot_eval(recipes.FEWSHOT_8, size=224, resize=256,
+                                              batch_size=512, log_steps=10_000)
   if arg.runlocal:
     config = recipes.local_config(config)
   return config

@@ -73,8 +73,10 @@ def test_sweeps_expand_to_the_papers_runs(figure, count, monkeypatch):
   monkeypatch.chdir(ROOT)  # config arguments are relative to the repository, as in launch/
   runs = sweep.load_sweep(f"configs/paper/{figure}.py")
   assert len(runs) == count == len({r.run_id for r in runs})
-  for run in runs[:3] + runs[-3:]:  # every run's config argument is a valid config
-    cfg_lib.validate_train_config(sweep.load_config(run))
+  for run in runs:  # every run's config argument is a valid config with a valid model
+    config = sweep.load_config(run)
+    cfg_lib.validate_train_config(config)
+    train_lib.make_model(config)
 
 
 @pytest.mark.parametrize("figure,count", [("fig1", 18), ("fig2", 174), ("fig3", 64),
@@ -256,3 +258,24 @@ def test_config_changes_name_every_differing_key_with_both_values():
       "  total_epochs: 30 -> unset", "  total_steps: unset -> 100"]
   assert cfg_lib.config_changes(as_json(old), as_json(old)) == []
   assert cfg_lib.config_changes({"a": None, "b": {"c": None}}, {"b": {}}) == []
+
+
+@pytest.mark.parametrize("path", ["configs/vit_i21k.py", "configs/vit_i1k.py"])
+def test_paper_fewshot_preprocessing_is_big_visions(path):
+  """resize(256)|central_crop(224), as big_vision's few-shot configs; not a squash to 224."""
+  fewshot = load_config_module(path).get_config("").evals.fewshot
+  for pp in (fewshot.pp_train, fewshot.pp_eval):
+    assert "|resize(256)|central_crop(224)|" in pp, pp
+  # On a real (non-square) JPEG: squashed to 256 x 256, then the central 224 x 224.
+  import numpy as np
+  import tensorflow as tf
+
+  from big_vision_relu.data import pp as pp_lib
+  pixels = np.random.default_rng(0).integers(0, 256, (300, 400, 3), np.uint8)
+  jpeg = tf.io.encode_jpeg(pixels)
+  out = pp_lib.get_preprocess_fn(fewshot.pp_eval)({"image": jpeg, "label": tf.constant(3)})
+  assert out["image"].shape == (224, 224, 3) and int(out["label"]) == 3
+  assert -1 <= float(tf.reduce_min(out["image"])) <= float(tf.reduce_max(out["image"])) <= 1
+  # The offline configs keep squashing their small images to the model's size.
+  local = load_config_module("configs/local/mnist_relu.py").get_config("").evals.fewshot
+  assert "|resize(28)|" in local.pp_train and "central_crop" not in local.pp_train

@@ -1,4 +1,6 @@
 """Input pipelines: determinism, resumption, host shares, epochs, eval padding."""
+import pathlib
+
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -149,3 +151,28 @@ def test_clear_errors(data_dir):
   with pytest.raises(datasets.DatasetNotPreparedError):
     ip.training_batches(spec(data_dir, name="cifar10"), INDEX_PP, 32, seed=0, process_index=0,
                         process_count=1)
+
+
+def test_one_check_lists_every_missing_dataset_with_its_command(tmp_path):
+  """The paper's configs read 11 datasets: all the missing ones in one message, each with the
+  command that prepares it; offline ones are built on the way."""
+  import importlib.util
+
+  datasets_lib = datasets
+  path = pathlib.Path(__file__).resolve().parents[1] / "configs/vit_i21k.py"
+  spec = importlib.util.spec_from_file_location("vit_i21k", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config("")
+  names = datasets_lib.required_datasets(config)
+  assert names[0][0] == "imagenet21k" and len(names) == 10  # + imagenet2012 and 8 few-shot
+  assert {"imagenet2012", "cars196", "caltech_birds2011", "uc_merced"} <= {n for n, _ in names}
+  data_dir = str(tmp_path / "empty")
+  with pytest.raises(datasets_lib.DatasetNotPreparedError) as error:
+    datasets_lib.check_prepared([(n, data_dir) for n, _ in names] + [("digits", data_dir)])
+  message = str(error.value)
+  assert message.startswith(f"{len(names)} of the {len(names) + 1} datasets")
+  for name, _ in names:
+    assert f"Dataset {name!r} is not prepared" in message
+  assert "python -m big_vision_relu.data.imagenet21k --data_dir=" in message
+  assert f"tfds build cars196 --data_dir={data_dir}" in message

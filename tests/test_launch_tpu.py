@@ -71,9 +71,52 @@ def sh(local_bin, tmp_path):
   return run
 
 
+# The gcloud commands the scripts print, as the Cloud SDK reference documents them
+# (cloud.google.com/sdk/gcloud/reference/compute/tpus/...): positional count, then each flag
+# and whether it takes a value (--flag=VALUE) or not (a bare switch). Global flags: --project,
+# --quiet, --format.
+GCLOUD_SYNTAX = {
+    ("tpu-vm", "create"): (1, {"--zone": True, "--accelerator-type": True, "--version": True,
+                               "--spot": False, "--preemptible": False}),
+    ("tpu-vm", "delete"): (1, {"--zone": True, "--async": False}),
+    ("tpu-vm", "describe"): (1, {"--zone": True}),
+    ("tpu-vm", "list"): (0, {"--zone": True, "--filter": True}),
+    ("tpu-vm", "ssh"): (1, {"--zone": True, "--worker": True, "--command": True}),
+    ("tpu-vm", "scp"): (2, {"--zone": True, "--worker": True, "--recurse": False}),
+    ("queued-resources", "create"): (1, {"--zone": True, "--node-id": True,
+                                         "--accelerator-type": True, "--runtime-version": True,
+                                         "--spot": False, "--best-effort": False}),
+    ("queued-resources", "delete"): (1, {"--zone": True, "--force": False, "--async": False}),
+    ("queued-resources", "describe"): (1, {"--zone": True}),
+}
+GCLOUD_GLOBAL = {"--project": True, "--quiet": False, "--format": True}
+
+
+def check_gcloud_syntax(argv: list[str]) -> None:
+  """Fails unless `argv` is a gcloud command of GCLOUD_SYNTAX with only its documented flags."""
+  assert argv[:3] == ["gcloud", "compute", "tpus"], argv
+  key = tuple(argv[3:5])
+  assert key in GCLOUD_SYNTAX, f"undocumented gcloud command: {argv}"
+  n_positional, flags = GCLOUD_SYNTAX[key]
+  positional = [a for a in argv[5:] if not a.startswith("--")]
+  assert len(positional) == n_positional, argv
+  for arg in argv[5:]:
+    if not arg.startswith("--"):
+      continue
+    name, has_value = arg.split("=", 1)[0], "=" in arg
+    takes_value = {**GCLOUD_GLOBAL, **flags}.get(name)
+    assert takes_value is not None, f"{name} is not a documented flag of {key}: {argv}"
+    assert takes_value == has_value, f"{arg}: {'needs' if takes_value else 'takes no'} value"
+
+
 def commands(result) -> list[list[str]]:
-  """The `+ ` lines of a dry run, each parsed back into its argument list."""
-  return [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
+  """The `+ ` lines of a dry run, each parsed back into its argument list; every gcloud line
+  is checked against GCLOUD_SYNTAX."""
+  lines = [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
+  for argv in lines:
+    if argv and argv[0] == "gcloud":
+      check_gcloud_syntax(argv)
+  return lines
 
 
 def nothing_run(result) -> bool:
@@ -171,6 +214,60 @@ def test_create(sh):
       *ZP, "--spot"]]
 
 
+# (TPU_TYPE, hosts, TensorCores, runtime): cloud.google.com/tpu/docs (system architecture
+# pages: v4/v5p types count TensorCores, 2 per chip; v5e/v6e types count chips of 1 TensorCore,
+# 4 per host beyond 8; runtimes page: v5e/v5p/v6e's own runtime versions).
+GENERATIONS = [
+    ("v2-8", 1, 8, "tpu-ubuntu2204-base"), ("v2-32", 4, 32, "tpu-ubuntu2204-base"),
+    ("v3-8", 1, 8, "tpu-ubuntu2204-base"), ("v3-32", 4, 32, "tpu-ubuntu2204-base"),
+    ("v4-8", 1, 8, "tpu-ubuntu2204-base"), ("v4-64", 8, 64, "tpu-ubuntu2204-base"),
+    ("v5litepod-8", 1, 8, "v2-alpha-tpuv5-lite"), ("v5litepod-16", 4, 16, "v2-alpha-tpuv5-lite"),
+    ("v5p-8", 1, 8, "v2-alpha-tpuv5"), ("v5p-32", 4, 32, "v2-alpha-tpuv5"),
+    ("v6e-8", 1, 8, "v2-alpha-tpuv6e"), ("v6e-16", 4, 16, "v2-alpha-tpuv6e"),
+]
+
+
+@pytest.mark.parametrize("tpu_type,hosts,cores,runtime", GENERATIONS)
+def test_create_picks_the_generations_runtime(sh, tpu_type, hosts, cores, runtime):
+  for queued in ("0", "1"):
+    result = sh("create.sh", "--dry-run", env={"TPU_TYPE": tpu_type, "QUEUED": queued})
+    assert result.returncode == 0, result.stderr
+    [argv] = commands(result)
+    flag = "--runtime-version" if queued == "1" else "--version"
+    assert f"{flag}={runtime}" in argv and f"--accelerator-type={tpu_type}" in argv
+    assert (f"# {tpu_type}: {hosts} host(s), {cores} TensorCores (core hours = TensorCores x "
+            f"hours), runtime {runtime}") in result.stdout
+  # TPU_VERSION still overrides the table.
+  override = sh("create.sh", "--dry-run", env={"TPU_TYPE": tpu_type, "TPU_VERSION": "custom"})
+  assert "--version=custom" in commands(override)[0]
+  run = sh("run.sh", "configs/vit_i21k.py", "r", "--dry-run", env={"TPU_TYPE": tpu_type})
+  assert (" --multihost " if hosts > 1 else " --nomultihost ") in remote(commands(run)[0])
+
+
+def test_create_rejects_an_unknown_generation(sh):
+  result = sh("create.sh", "--dry-run", env={"TPU_TYPE": "v9-16"})
+  assert result.returncode != 0
+  assert "unknown generation" in result.stderr and "v5litepod-N" in result.stderr
+
+
+def test_recreate_deletes_then_creates(sh):
+  """After a preemption the VM (or queued resource) still holds the name: delete, then create."""
+  plain = sh("create.sh", "--dry-run", "--recreate")
+  assert commands(plain) == [
+      ["gcloud", "compute", "tpus", "tpu-vm", "delete", "relu-test", *ZP, "--quiet"],
+      ["gcloud", "compute", "tpus", "tpu-vm", "create", "relu-test", *ZP,
+       "--accelerator-type=v3-32", "--version=tpu-ubuntu2204-base"]]
+  queued = sh("create.sh", "--dry-run", "--recreate", env={"QUEUED": "1", "SPOT": "1"})
+  assert commands(queued) == [
+      ["gcloud", "compute", "tpus", "queued-resources", "delete", "relu-test", *ZP, "--force",
+       "--quiet"],
+      ["gcloud", "compute", "tpus", "queued-resources", "create", "relu-test",
+       "--node-id=relu-test", "--accelerator-type=v3-32",
+       "--runtime-version=tpu-ubuntu2204-base", *ZP, "--spot"]]
+  for argv in commands(plain) + commands(queued):
+    check_gcloud_syntax(argv)
+
+
 def test_dry_run_from_the_environment(sh):
   assert commands(sh("create.sh", env={"DRY_RUN": "1"})) == commands(sh("create.sh", "--dry-run"))
 
@@ -216,9 +313,13 @@ def test_run_starts_the_trainer_on_all_workers_in_the_background(sh):
   assert "cd ~/big_vision_relu;" in command
   assert ("TFDS_DATA_DIR=gs://bucket/tensorflow_datasets nohup .venv/bin/python -m "
           "big_vision_relu.train --config configs/vit_i21k.py:variant=S/16,attention=relu "
-          "--workdir gs://bucket/runs/s16_relu --config.lr=3e-3 >> ~/logs/s16_relu.log 2>&1 "
-          "< /dev/null &") in command
+          "--workdir gs://bucket/runs/s16_relu --multihost --config.lr=3e-3 "
+          ">> ~/logs/s16_relu.log 2>&1 < /dev/null &") in command
   assert "busy" in command
+  # One host (v3-8): the trainer never calls jax.distributed.initialize().
+  single = remote(commands(sh("run.sh", "configs/vit_i21k.py", "s16", "--dry-run",
+                              env={"TPU_TYPE": "v3-8"}))[0])
+  assert "--workdir gs://bucket/runs/s16 --nomultihost >>" in single
 
 
 def test_run_argument_errors(sh):
@@ -231,14 +332,30 @@ def test_run_argument_errors(sh):
     assert nothing_run(result)
 
 
+def test_sweeps_sharing_a_run_give_it_one_workdir(sh):
+  """Figure 3's qk-LN-on half is Figure 2's runs: both sweeps' loop scripts train it in the same
+  gs://BUCKET/runs/<run id>, so the second finds it finished (the trainer exits at once), and
+  `report --root gs://BUCKET` reads the same path (test_report.py)."""
+  by_sweep = {}
+  for figure in ("fig2", "fig3"):
+    result = sh("sweep.sh", f"configs/paper/{figure}.py", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    [script] = sweep_scripts(result).values()
+    by_sweep[figure] = {run_id: workdir for run_id, _, workdir in script}
+  shared = set(by_sweep["fig2"]) & set(by_sweep["fig3"])
+  assert len(shared) == 48
+  for run_id in shared:
+    assert by_sweep["fig2"][run_id] == by_sweep["fig3"][run_id] == f"gs://bucket/runs/{run_id}"
+
+
 def test_sweep_fig1_on_one_vm(sh):
   result = sh("sweep.sh", FIG1, "--dry-run")
   assert result.returncode == 0, result.stderr
   runs = fig1_runs()
   assert sweep_scripts(result) == {"relu-test": [
-      [run_id, config, f"gs://bucket/runs/fig1/{run_id}"] for run_id, config in runs]}
+      [run_id, config, f"gs://bucket/runs/{run_id}"] for run_id, config in runs]}
   for run_id, _ in runs:
-    assert f"gs://bucket/runs/fig1/{run_id}" in result.stdout
+    assert f"gs://bucket/runs/{run_id}" in result.stdout
   scp, start = commands(result)
   assert scp[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "scp"]
   assert scp[5].endswith("/fig1-relu-test.sh")
@@ -255,7 +372,7 @@ def test_sweep_fig1_on_one_vm(sh):
 def test_sweep_round_robin_over_two_vms(sh, vms_args):
   result = sh("sweep.sh", FIG1, *vms_args, "--dry-run", env={"TPU_NAME": None})
   assert result.returncode == 0, result.stderr
-  runs = [[run_id, config, f"gs://bucket/runs/fig1/{run_id}"] for run_id, config in fig1_runs()]
+  runs = [[run_id, config, f"gs://bucket/runs/{run_id}"] for run_id, config in fig1_runs()]
   assert sweep_scripts(result) == {"tpu-a": runs[0::2], "tpu-b": runs[1::2]}
   targets = [(argv[4], argv[5]) for argv in commands(result)]
   assert [t[0] for t in targets] == ["scp", "ssh", "scp", "ssh"]
@@ -347,8 +464,9 @@ REQUIRED = {
     "create.sh": ([], ["TPU_NAME", "PROJECT", "ZONE", "TPU_TYPE"]),
     "setup.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
     "data.sh": (["cifar100"], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET"]),
-    "run.sh": (["configs/vit_i21k.py", "x"], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET"]),
-    "sweep.sh": ([FIG1], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET"]),
+    "run.sh": (["configs/vit_i21k.py", "x"], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET",
+                                             "TPU_TYPE"]),
+    "sweep.sh": ([FIG1], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET", "TPU_TYPE"]),
     "status.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
     "logs.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
     "stop.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
@@ -605,7 +723,7 @@ def test_fake_run_busy_check_and_stop(sh, cloud):
   for worker in range(2):
     [call] = cloud.train_calls(worker)
     assert call["argv"] == ["--config", "configs/vit_i21k.py:variant=S/16,attention=relu",
-                            "--workdir", "gs://bucket/runs/s16", odd]
+                            "--workdir", "gs://bucket/runs/s16", "--multihost", odd]
     assert call["tfds_data_dir"] == DATA_DIR
     assert call["cwd"] == str(cloud.home(worker) / "big_vision_relu")
     assert (cloud.home(worker) / "logs" / "s16.log").exists()
@@ -635,7 +753,7 @@ def test_fake_sweep_runs_everything_in_order_and_survives_a_failure(sh, cloud):
   for worker in range(2):
     calls = cloud.train_calls(worker)
     assert [c["argv"] for c in calls] == [
-        ["--config", config, "--workdir", f"gs://bucket/runs/fig1/{run_id}"]
+        ["--config", config, "--workdir", f"gs://bucket/runs/{run_id}", "--multihost"]
         for run_id, config in runs]
     assert {c["tfds_data_dir"] for c in calls} == {DATA_DIR}
     assert f"FAILED {failing} (exit 3)" in logs[worker].read_text()
@@ -649,7 +767,7 @@ def test_fake_sweep_round_robin(sh, cloud):
   result = sh("sweep.sh", FIG1, "--vms", "tpu-a,tpu-b", path_prefix=cloud.bin,
               env={**cloud.env, "TPU_NAME": None})
   assert result.returncode == 0, result.stderr
-  workdirs = [f"gs://bucket/runs/fig1/{run_id}" for run_id, _ in fig1_runs()]
+  workdirs = [f"gs://bucket/runs/{run_id}" for run_id, _ in fig1_runs()]
   for vm, expected in (("tpu-a", workdirs[0::2]), ("tpu-b", workdirs[1::2])):
     log = cloud.home(1, vm) / "logs" / "fig1.log"
     wait_for(lambda log=log: log.exists() and "5 runs, 0 failed" in log.read_text())

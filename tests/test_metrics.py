@@ -8,6 +8,7 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util import tensor_util
 
+from big_vision_relu import metrics
 from big_vision_relu.metrics import JSONL_NAME, MetricWriter, Progress
 
 
@@ -146,3 +147,11 @@ def test_progress_core_clock_counts_core_seconds_not_wall_time():
   wall.t += 7200.0  # two wall hours while the process got ...
   cpu.t += 1800.0  # ... half a core hour of CPU time
   assert progress.core_hours() == pytest.approx(0.5 + 0.5)
+
+
+@pytest.mark.parametrize("kind,cores", [
+    ("TPU v2", 1), ("TPU v3", 1), ("TPU v4", 2), ("TPU v5", 2), ("TPU v5p", 2),
+    ("TPU v5 lite", 1), ("TPU v6 lite", 1), ("TPU v4 lite", 1), ("cpu", 1), ("NVIDIA H100", 1)])
+def test_core_hours_count_tensorcores_on_every_generation(kind, cores):
+  """v4 / v5p: one JAX device is a chip of 2 TensorCores, so core hours are twice device hours."""
+  assert metrics.tensorcores_per_device(kind) == cores

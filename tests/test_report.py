@@ -210,7 +210,10 @@ def fig2_root(tmp_path: pathlib.Path) -> pathlib.Path:
       ({"dataset": "i21k", "variant": "S/32", "attention": "gelu", "alpha": 1.0}, 0.57),
   ]
   for args, accuracy in finished:
-    _write_run(root, FIG2, _find(runs, **args), [
+    run = _find(runs, **args)
+    if pathlib.Path(sweep.workdir(str(root), FIG2, run)).exists():
+      continue  # a run Figure 1 lists too (S/32 softmax), written by fig1_root: trained once
+    _write_run(root, FIG2, run, [
         {"step": 10, "training_loss": 1.0, "core_hours": 1.0, "i1k/prec@1": accuracy}
     ], _steps(10))
   _write_run(root, FIG2, _find(runs, dataset="i21k", variant="S/32", attention="relu",
@@ -272,7 +275,7 @@ def test_fig3_and_fig4_layout(tmp_path):
 
 
 def test_cli_writes_tables_and_figures(fig1_root, fig2_root, tmp_path):
-  # Both fixtures share tmp_path / "runs" (fig1/ and fig2/ below it).
+  # Both fixtures share tmp_path / "runs" (one runs/<run id> per run; S/32 softmax is in both).
   out = tmp_path / "results"
   result = subprocess.run(
       [sys.executable, "-m", "big_vision_relu.report", "--sweep", FIG1, "--sweep", FIG2,
@@ -597,3 +600,35 @@ def test_percent_axis_labels_stay_distinct_on_a_narrow_range():
   labels = [label.get_text() for label in ax.get_yticklabels()]
   plt.close(figure)
   assert len(labels) > 2 and len(set(labels)) == len(labels), labels
+
+
+def test_a_run_shared_by_several_figures_trains_once_and_every_report_finds_it(tmp_path):
+  """Figure 3's qk-LN-on half is Figure 2's runs: one workdir per run id, <root>/runs/<id>,
+  written by Figure 2's sweep and read by Figure 3's report as a finished run."""
+  fig3 = str(ROOT / "configs/paper/fig3.py")
+  fig2_runs = {r.run_id: r for r in sweep.load_sweep(FIG2)}
+  fig3_runs = {r.run_id: r for r in sweep.load_sweep(fig3)}
+  shared = sorted(set(fig2_runs) & set(fig3_runs))
+  assert len(shared) == 48
+  run_id = shared[0]
+  root = str(tmp_path)
+  assert (sweep.workdir(root, FIG2, fig2_runs[run_id])
+          == sweep.workdir(root, fig3, fig3_runs[run_id]) == f"{root}/runs/{run_id}")
+  _write_run(tmp_path, FIG2, fig2_runs[run_id], [  # trained once, by Figure 2's sweep
+      {"step": I21K_TOTAL, "training_loss": 1.7, "core_hours": 9.0, "i1k/prec@1": 0.45,
+       "fewshot/10shot_avg": 0.35}], I21K_CONFIG)
+  rows = {r.run_id: r for r in report.collect(fig3, root, sweep.load_figure_spec(fig3))}
+  assert rows[run_id].status == "finished" and rows[run_id].metrics["i1k/prec@1"] == 0.45
+  assert sum(r.status == "missing" for r in rows.values()) == len(rows) - 1
+
+
+def test_every_run_id_names_one_config_across_the_paper_sweeps():
+  """A shared workdir is only right if an id never names two configs: 544 runs listed by the
+  four figures, 444 distinct, each id with one config."""
+  configs: dict[str, str] = {}
+  listed = 0
+  for figure in ("fig1", "fig2", "fig3", "fig4"):
+    for run in sweep.load_sweep(str(ROOT / f"configs/paper/{figure}.py")):
+      listed += 1
+      assert configs.setdefault(run.run_id, run.config_arg) == run.config_arg, run.run_id
+  assert (listed, len(configs)) == (544, 444)

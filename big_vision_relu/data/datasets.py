@@ -10,6 +10,7 @@ Data dir: the argument, else env `TFDS_DATA_DIR`, else TFDS's default `~/tensorf
 """
 from collections.abc import Mapping, Sequence
 import os
+from typing import Any
 
 import tensorflow_datasets as tfds
 
@@ -100,6 +101,39 @@ def get_builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuil
         f"{builder.data_dir}); this project never downloads during training. Pass data_dir / "
         f"set TFDS_DATA_DIR to where it is prepared, or prepare it. {how}")
   return builder
+
+
+def required_datasets(config: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+  """(name, data_dir) of every dataset a training config reads, in config order, once each:
+  `input.data`, each `evals.<name>.data`, and each few-shot evaluator's `datasets` (with its
+  `data_dir`)."""
+  found: dict[tuple[str, str | None], None] = {}
+  data = (config.get("input") or {}).get("data")
+  if data and data.get("name"):
+    found[(data["name"], data.get("data_dir"))] = None
+  for evaluator in (config.get("evals") or {}).values():
+    data = evaluator.get("data")
+    if data and data.get("name"):
+      found[(data["name"], data.get("data_dir"))] = None
+    for spec in (evaluator.get("datasets") or {}).values():
+      found[(spec[0], evaluator.get("data_dir"))] = None
+  return list(found)
+
+
+def check_prepared(names: Sequence[tuple[str, str | None]]) -> None:
+  """Raises one DatasetNotPreparedError listing EVERY dataset of `names` that is not prepared,
+  each with the command that prepares it, instead of one per run attempt (a paper config
+  reads 11). Offline datasets are built on the way, as get_builder does."""
+  problems = []
+  for name, data_dir in dict.fromkeys(names):
+    try:
+      get_builder(name, data_dir)
+    except DatasetNotPreparedError as error:
+      problems.append(f"- {error}")
+  if problems:
+    raise DatasetNotPreparedError(
+        f"{len(problems)} of the {len(dict.fromkeys(names))} datasets this run reads are not "
+        "prepared; prepare them all, then run again:\n" + "\n".join(problems))
 
 
 def check_data_spec(data: Mapping[str, str]) -> None:

@@ -11,7 +11,8 @@
 #   ZONE         zone of the TPU VM, e.g. europe-west4-a
 #   BUCKET       GCS bucket for datasets and runs, `my-bucket` or `gs://my-bucket`
 #   TPU_TYPE     accelerator type, e.g. v3-32 (4 hosts) or v3-8 (1 host)
-#   TPU_VERSION  TPU software version (default tpu-ubuntu2204-base)
+#   TPU_VERSION  TPU software (runtime) version (default: RUNTIME_VERSION's entry for the
+#                TPU_TYPE's generation, below)
 #   QUEUED=1     create / delete / describe through a queued resource (default: a plain TPU VM)
 #   SPOT=1       a Spot (preemptible) TPU VM
 #   DRY_RUN=1    same as --dry-run
@@ -35,7 +36,7 @@ SCRIPT_NAME="launch/tpu/$(basename "$0")"
 # shellcheck disable=SC2034,SC2088  # used by the scripts; the workers' shell expands the ~
 REMOTE_DIR='~/big_vision_relu'
 
-TPU_VERSION="${TPU_VERSION:-tpu-ubuntu2204-base}"
+TPU_VERSION="${TPU_VERSION:-}"
 QUEUED="${QUEUED:-0}"
 SPOT="${SPOT:-0}"
 DRY_RUN="${DRY_RUN:-0}"
@@ -249,4 +250,60 @@ local_python() {
   else
     die "no python3 on PATH (and no ${REPO_DIR}/.venv)"
   fi
+}
+
+# The TPU generations these scripts know, from TPU_TYPE's prefix, and each one's runtime (TPU
+# software) version: cloud.google.com/tpu/docs/runtimes (v5e, v5p and v6e need their own).
+declare -A RUNTIME_VERSION=(
+  [v2]=tpu-ubuntu2204-base [v3]=tpu-ubuntu2204-base [v4]=tpu-ubuntu2204-base
+  [v5e]=v2-alpha-tpuv5-lite [v5p]=v2-alpha-tpuv5 [v6e]=v2-alpha-tpuv6e
+)
+
+tpu_generation() {  # tpu_generation TPU_TYPE: v2 v3 v4 v5e v5p v6e, or exits with an error
+  case "$1" in
+    v2-[0-9]*) echo v2 ;;
+    v3-[0-9]*) echo v3 ;;
+    v4-[0-9]*) echo v4 ;;
+    v5litepod-[0-9]*) echo v5e ;;
+    v5p-[0-9]*) echo v5p ;;
+    v6e-[0-9]*) echo v6e ;;
+    *) die "TPU_TYPE='$1': unknown generation; these scripts know v2-N, v3-N, v4-N, v5litepod-N (v5e), v5p-N and v6e-N" ;;
+  esac
+}
+
+# tpu_tensorcores TPU_TYPE: TensorCores in the slice, the unit of the paper's "core hours".
+# v2, v3, v4 and v5p types count TensorCores (v4 and v5p have 2 per chip, which JAX shows as one
+# device); v5e and v6e types count chips of 1 TensorCore each.
+tpu_tensorcores() {
+  local generation
+  generation="$(tpu_generation "$1")" || exit 1
+  echo "${1##*-}"
+}
+
+# tpu_hosts TPU_TYPE: TPU VM hosts (workers) in the slice. v2/v3/v4/v5p: 8 TensorCores per host;
+# v5e/v6e: up to 8 chips on one host, 4 chips per host in larger slices.
+tpu_hosts() {
+  local generation n
+  generation="$(tpu_generation "$1")" || exit 1
+  n="${1##*-}"
+  case "${generation}" in
+    v5e|v6e) if ((n <= 8)); then echo 1; else echo $((n / 4)); fi ;;
+    *) echo $(((n + 7) / 8)) ;;
+  esac
+}
+
+# tpu_runtime_version TPU_TYPE: $TPU_VERSION if set, else the generation's runtime.
+tpu_runtime_version() {
+  local generation
+  generation="$(tpu_generation "$1")" || exit 1
+  echo "${TPU_VERSION:-${RUNTIME_VERSION[${generation}]}}"
+}
+
+# multihost_flag TPU_TYPE: the trainer's flag saying whether to call jax.distributed.initialize():
+# --multihost on a slice of several hosts (a Cloud TPU VM sets no variable that says so; JAX
+# then finds the workers itself), --nomultihost on one host, which never initialises.
+multihost_flag() {
+  local hosts
+  hosts="$(tpu_hosts "$1")" || exit 1
+  if ((hosts > 1)); then echo --multihost; else echo --nomultihost; fi
 }

@@ -10,7 +10,10 @@
 # On every worker (`gcloud compute tpus tpu-vm ssh $TPU_NAME --worker=all --command ...`):
 #   cd ~/big_vision_relu && TFDS_DATA_DIR=gs://$BUCKET/tensorflow_datasets nohup
 #     .venv/bin/python -m big_vision_relu.train --config CONFIG[:ARGS]
-#     --workdir gs://$BUCKET/runs/RUN_NAME [TRAIN_FLAGS...] >> ~/logs/RUN_NAME.log 2>&1 &
+#     --workdir gs://$BUCKET/runs/RUN_NAME --multihost|--nomultihost [TRAIN_FLAGS...]
+#     >> ~/logs/RUN_NAME.log 2>&1 &
+# --multihost on a TPU_TYPE of several hosts (every worker calls jax.distributed.initialize(),
+# which finds the others), --nomultihost on one host (never initialises).
 # One workdir shared by all workers (process 0 writes it). Re-running the same command resumes
 # from the last checkpoint (also after a preemption, on a new VM; a finished run exits at once).
 # It refuses to start on a worker that is already training (stop that with launch/tpu/stop.sh).
@@ -28,14 +31,15 @@ run_name="${POSITIONAL[1]}"
 [[ -f ${REPO_DIR}/${config%%:*} ]] || usage_error "no config file ${config%%:*} in ${REPO_DIR}"
 [[ ${run_name} =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] ||
   usage_error "RUN_NAME '${run_name}': use letters, digits, '.', '_' and '-' (it names the workdir and the log)"
-require TPU_NAME PROJECT ZONE BUCKET
+require TPU_NAME PROJECT ZONE BUCKET TPU_TYPE
+multihost="$(multihost_flag "${TPU_TYPE}")"
 need_gcloud
 
 workdir="$(gcs_runs_dir)/${run_name}"
 # shellcheck disable=SC2088  # expanded by the workers' shell
 log="~/logs/${run_name}.log"
 train=(.venv/bin/python -m big_vision_relu.train --config "${config}" --workdir "${workdir}"
-       "${PASSTHROUGH[@]}")
+       "${multihost}" "${PASSTHROUGH[@]}")
 remote_command="set -e; mkdir -p ~/logs; cd ${REMOTE_DIR}; ${REMOTE_BUSY_CHECK}; TFDS_DATA_DIR=$(gcs_data_dir) nohup $(shell_quote "${train[@]}") >> ${log} 2>&1 < /dev/null & echo \"\$(hostname): started ${run_name}, log ${log}\""
 tpu_ssh all "${remote_command}"
 note "Follow it: bash launch/tpu/logs.sh ${run_name}    Results: ${workdir}"

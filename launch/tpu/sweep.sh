@@ -8,15 +8,18 @@
 #
 # The runs come from `python -m big_vision_relu.sweep SWEEP_FILE --list`, run here (with
 # .venv/bin/python if there is one, else python3), as `<run id> <config>`. Run ids are stable,
-# and each run's workdir is gs://$BUCKET/runs/<sweep name>/<run id> (sweep name: the file's
-# name without .py, e.g. fig1).
+# and each run's workdir is gs://$BUCKET/runs/<run id>, whichever sweeps list it: a run shared by
+# several figures (Figure 3's qk-LN-on half is Figure 2's) trains once, and the second sweep
+# finds it finished (`python -m big_vision_relu.report --root gs://$BUCKET` reads the same paths).
 # One VM ($TPU_NAME): the runs go one after another. A loop script (~/sweeps/<sweep>.sh, shown by
 # --dry-run) is copied to every worker and started on all of them in the background; every
 # worker runs the same sequence, so each run is one multi-host job. Log: ~/logs/<sweep>.log on
 # each worker (bash launch/tpu/logs.sh fig1).
 # --vms A,B,...: the runs are dealt round-robin (run i to VM i mod N, in list order) and each VM
 # runs its share as above; every VM must exist and have been set up (TPU_NAME=A bash
-# launch/tpu/setup.sh, ...) in the same ZONE and PROJECT. TPU_NAME is not used.
+# launch/tpu/setup.sh, ...) in the same ZONE and PROJECT, all of type TPU_TYPE. TPU_NAME is not
+# used. TPU_TYPE decides --multihost (several hosts: jax.distributed.initialize() on every
+# worker) or --nomultihost (one host: never).
 # Restart-safe: the trainer resumes an unfinished run from its checkpoint and exits at once for
 # a finished one, so re-running this command (e.g. after a preemption, on a new VM) continues
 # the sweep where it stopped. A failed run (e.g. a non-finite loss) is logged and the loop goes
@@ -43,11 +46,12 @@ if [[ -n ${OPT_vms} ]]; then
       [[ ${vms[w]} != "${vms[v]}" ]] || usage_error "--vms: ${vms[v]} is given twice"
     done
   done
-  require PROJECT ZONE BUCKET
+  require PROJECT ZONE BUCKET TPU_TYPE
 else
-  require TPU_NAME PROJECT ZONE BUCKET
+  require TPU_NAME PROJECT ZONE BUCKET TPU_TYPE
   vms=("${TPU_NAME}")
 fi
+multihost="$(multihost_flag "${TPU_TYPE}")"
 need_gcloud
 
 # The runs: "<id>\t<config>" lines.
@@ -67,7 +71,7 @@ done <<< "${listing}"
 ((${#ids[@]})) || die "${sweep_file} lists no runs"
 
 data_dir="$(gcs_data_dir)"
-root="$(gcs_runs_dir)/${sweep}"
+root="$(gcs_runs_dir)"
 n_vms=${#vms[@]}
 if [[ ${DRY_RUN} == 1 ]]; then
   tmp="${TMPDIR:-/tmp}/big_vision_relu-sweep.XXXXXX"
@@ -94,7 +98,7 @@ main() {
   local failed=()
   run() {  # run RUN_ID CONFIG WORKDIR
     echo \"== \$(date -u +%FT%TZ) start \$1: --config \$2 --workdir \$3\"
-    if .venv/bin/python -m big_vision_relu.train --config \"\$2\" --workdir \"\$3\"; then
+    if .venv/bin/python -m big_vision_relu.train --config \"\$2\" --workdir \"\$3\" ${multihost}; then
       echo \"== \$(date -u +%FT%TZ) end \$1 (exit 0)\"
     else
       local rc=\$?

@@ -1,0 +1,326 @@
+"""Multi-process jobs: when to join one, what a preemption notice does, what a lost peer does.
+
+Three things every multi-host run needs, kept out of the training loop:
+
+- :func:`decide_initialize` (pure, unit-tested) says whether and how this process calls
+  ``jax.distributed.initialize``: explicit ``--coordinator_address`` flags; ``--multihost``,
+  which the TPU launch scripts pass on a pod slice of more than one host (a Cloud TPU VM sets
+  no environment variable that says so: JAX finds the other workers through the VM's metadata
+  server); or a ``TPU_WORKER_HOSTNAMES`` list of more than one host (GKE sets it). A single
+  host never initialises, so one-host runs keep working without a coordinator.
+- :class:`PreemptionNotice`: SIGTERM (how a TPU VM announces a preemption or a maintenance
+  event, and what ``launch/tpu/stop.sh`` sends) sets a flag in the process that got it. In a
+  multi-process run the processes then agree, at the same step, that *some* process was
+  signalled, so that all of them save that step and exit 0 whether every worker or only one
+  got the signal. The agreement is a tiny collective (a max over one int per device) dispatched
+  after each step and read one step later, so it never makes the host wait for the device; a
+  single process skips it.
+
+  Why not JAX's own preemption service (``multihost_utils.reached_preemption_sync_point``,
+  which orbax's ``reached_preemption`` asks): it relies on a C++ SIGTERM handler installed by
+  ``jax.distributed.initialize``, which any Python ``signal.signal(SIGTERM, ...)`` (ours, or a
+  library's) silently displaces, and its sync point is ``max step + 1`` computed from the last
+  step each process *reported*: a notice that arrives before the first step of a resumed run
+  computes a sync point the run has already passed, and it never fires.
+- :class:`PeerWatchdog`: when a peer dies (kill -9, a crashed host), every surviving process
+  prints one line saying so and naming the checkpoint a re-run resumes from, then exits with
+  status :data:`PEER_LOST_EXIT_CODE`, instead of hanging in a collective until JAX's abort
+  dump. Checkpoint steps are atomic (orbax), so a save that was in flight is simply absent,
+  and the last finalised one is intact.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+from etils import epath
+
+# A distinct status for "a peer died": launch scripts and sweep loops can tell it from a bug.
+PEER_LOST_EXIT_CODE = 75  # EX_TEMPFAIL: re-running is the fix
+# How long JAX's coordination service waits for a missing heartbeat before it aborts every
+# process (its default is 100 s); PeerWatchdog's shorter timeout speaks first.
+HEARTBEAT_TIMEOUT_SECONDS = 120
+
+
+# ------------------------------------------------------------------ whether to initialise
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+  """How to join a multi-process job; `initialize=False` means stay a single process."""
+  initialize: bool
+  reason: str
+  # jax.distributed.initialize's arguments; all None = auto-detect (Cloud TPU VM, GKE, SLURM).
+  coordinator_address: str | None = None
+  num_processes: int | None = None
+  process_id: int | None = None
+
+
+def decide_initialize(*, coordinator_address: str | None, num_processes: int | None,
+                      process_id: int | None, multihost: bool | None,
+                      env: Mapping[str, str]) -> Decision:
+  """Whether (and how) this process calls ``jax.distributed.initialize``; no side effects.
+
+  Args:
+    coordinator_address, num_processes, process_id: the trainer's explicit flags.
+    multihost: ``--multihost``: True on every worker of a multi-host TPU VM (the launch scripts
+      pass it), False to forbid initialising, None (not given) to decide from `env`.
+    env: the environment (os.environ); ``BVR_MULTIHOST=1|0`` is the same as ``--multihost``.
+  """
+  explicit = (coordinator_address, num_processes, process_id)
+  if any(v is not None for v in explicit):
+    if coordinator_address is None or num_processes is None or process_id is None:
+      raise ValueError("--coordinator_address, --num_processes and --process_id go together; "
+                       f"got {coordinator_address=}, {num_processes=}, {process_id=}.")
+    if not 0 <= process_id < num_processes:
+      raise ValueError(f"--process_id={process_id} must be in [0, {num_processes}).")
+    if multihost is False:
+      raise ValueError("--nomultihost contradicts --coordinator_address; drop one of them.")
+    if num_processes == 1:
+      return Decision(False, "--num_processes=1: a single process")
+    return Decision(True, f"--coordinator_address={coordinator_address} "
+                          f"(process {process_id} of {num_processes})",
+                    coordinator_address, num_processes, process_id)
+  if multihost is None and env.get("BVR_MULTIHOST", "") != "":
+    value = env["BVR_MULTIHOST"]
+    if value not in ("0", "1"):
+      raise ValueError(f"BVR_MULTIHOST={value!r}: use 1 (a multi-host TPU VM) or 0.")
+    multihost = value == "1"
+  if multihost is not None:
+    if multihost:
+      return Decision(True, "--multihost: a multi-host TPU VM; JAX finds the workers itself")
+    return Decision(False, "--nomultihost")
+  hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+  if len(hosts) > 1:
+    return Decision(True, f"TPU_WORKER_HOSTNAMES lists {len(hosts)} hosts")
+  return Decision(False, "a single host (no --multihost, --coordinator_address or "
+                         "multi-host TPU_WORKER_HOSTNAMES)")
+
+
+# ------------------------------------------------------------------ a lost peer
+
+_checkpoint_dir: epath.Path | None = None
+
+
+def set_checkpoint_dir(directory: epath.PathLike | None) -> None:
+  """Where the run's checkpoints are: named by the lost-peer message."""
+  global _checkpoint_dir
+  _checkpoint_dir = None if directory is None else epath.Path(directory)
+
+
+def latest_finalized_step(directory: epath.PathLike | None) -> int | None:
+  """The newest complete checkpoint step in `directory` (None if none), by listing it.
+
+  orbax writes a step under a temporary name and renames it when complete (locally), or writes
+  ``commit_success.txt`` last (GCS), so a save cut short is never counted.
+  """
+  if directory is None:
+    return None
+  path = epath.Path(directory)
+  try:
+    names = [p.name for p in path.iterdir()]
+  except OSError:
+    return None
+  steps = sorted((int(n) for n in names if n.isdigit()), reverse=True)
+  if "://" in os.fspath(path):
+    steps = [s for s in steps if (path / str(s) / "commit_success.txt").exists()]
+  return steps[0] if steps else None
+
+
+def peer_lost_message(what: str, step: int | None, directory: epath.PathLike | None) -> str:
+  """The one line a surviving process prints before it exits."""
+  where = f" in {directory}" if directory is not None else ""
+  resume = (f"Re-running the same command resumes from checkpoint {step}{where}"
+            if step is not None else
+            f"There is no checkpoint yet{where}: re-running the same command starts over")
+  return (f"Lost a peer process of this multi-process run ({what}: killed, or its host "
+          f"died); this process stops too. {resume}.")
+
+
+class PeerWatchdog:
+  """A thread that ends this process with one clear line once a peer stops beating.
+
+  Every `interval` seconds each process bumps its own counter in the coordination service's
+  key-value store and reads everyone's; a peer whose counter has not moved for `timeout`
+  seconds (by this process's clock) is taken for dead: the line names it and the checkpoint a
+  re-run resumes from, and the process exits with PEER_LOST_EXIT_CODE. `timeout` is shorter
+  than the runtime's own heartbeat timeout, so this line comes before JAX's abort dump.
+
+  Why not the runtime's missed_heartbeat_callback: jax.distributed.initialize does not expose
+  it, and jaxlib 0.10's binding fails to pass the status to a Python callable
+  (std::bad_cast, then terminate). Limitation: if process 0 (which hosts the coordination
+  service) dies, the others' runtime clients abort at once with the runtime's own message
+  ("the JAX distributed service detected fatal errors ... another task died"), before this
+  thread can speak: the exit is immediate and non-zero, but without this line.
+
+  os._exit, not sys.exit: the main thread may be blocked in a collective that can never
+  complete, and nothing else (orbax's pending save, atexit's distributed shutdown) can finish;
+  a save in flight is simply not finalised, so the last finalised checkpoint stays intact.
+  """
+
+  def __init__(self, *, interval: float = 5.0, timeout: float = 60.0) -> None:
+    from jax._src import distributed as jax_distributed  # noqa: PLC0415  (the job's client)
+    self._client = jax_distributed.global_state.client
+    self._interval, self._timeout = interval, timeout
+    self._me, self._count = jax.process_index(), jax.process_count()
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._run, name="PeerWatchdog", daemon=True)
+
+  def __enter__(self) -> PeerWatchdog:
+    if self._client is not None and self._count > 1:
+      self._thread.start()
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    """Stops watching; peers see this process as finished, not lost."""
+    if not self._thread.is_alive():
+      return
+    self._stop.set()
+    self._thread.join()
+    try:
+      self._client.key_value_set(f"big_vision_relu/done/{self._me}", "1", allow_overwrite=True)
+    except Exception:  # noqa: BLE001  (the service may be gone already at the very end)
+      pass
+
+  def _run(self) -> None:
+    beats = 0
+    last_seen: dict[int, tuple[str, float]] = {}
+    while not self._stop.wait(self._interval if beats else 0):
+      beats += 1
+      now = time.monotonic()
+      try:
+        self._client.key_value_set(f"big_vision_relu/alive/{self._me}", str(beats),
+                                   allow_overwrite=True)
+        alive = dict(self._client.key_value_dir_get("big_vision_relu/alive/"))
+        done = dict(self._client.key_value_dir_get("big_vision_relu/done/"))
+      except Exception as e:  # noqa: BLE001  (the coordination service is unreachable)
+        if self._stop.is_set():
+          return
+        self._lost(f"the coordination service on process 0 is unreachable ({e})")
+      for peer in range(self._count):
+        if peer == self._me or any(k.endswith(f"/{peer}") for k in done):
+          continue
+        value = next((v for k, v in alive.items() if k.endswith(f"/{peer}")), "")
+        if peer not in last_seen or last_seen[peer][0] != value:
+          last_seen[peer] = (value, now)
+        elif now - last_seen[peer][1] > self._timeout:
+          self._lost(f"process {peer} sent no heartbeat for {now - last_seen[peer][1]:.0f} s")
+
+  def _lost(self, what: str) -> None:
+    try:
+      message = peer_lost_message(what, latest_finalized_step(_checkpoint_dir), _checkpoint_dir)
+      print(f"error: {message}", file=sys.stderr, flush=True)
+      logging.error("%s", message)
+    finally:
+      os._exit(PEER_LOST_EXIT_CODE)
+
+
+def initialize(*, coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None, multihost: bool | None = None,
+               env: Mapping[str, str] | None = None) -> Decision:
+  """Joins the multi-process job if :func:`decide_initialize` says so; returns the decision."""
+  decision = decide_initialize(coordinator_address=coordinator_address,
+                               num_processes=num_processes, process_id=process_id,
+                               multihost=multihost, env=os.environ if env is None else env)
+  logging.info("jax.distributed.initialize: %s (%s).",
+               "yes" if decision.initialize else "no", decision.reason)
+  if decision.initialize:
+    jax.distributed.initialize(decision.coordinator_address, decision.num_processes,
+                               decision.process_id,
+                               heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS)
+  return decision
+
+
+# ------------------------------------------------------------------ preemption
+
+# Set by SIGTERM; one per process, so that a handler installed by main() before the job is
+# joined and the trainer's own see the same notice.
+_SIGTERM = threading.Event()
+
+
+class SigtermHandler:
+  """While entered (in the main thread), SIGTERM sets the process's preemption flag.
+
+  Entering it again (main() around the trainer, the trainer itself) is harmless and takes the
+  signal back if something replaced the handler in between; the outermost exit restores the
+  previous handler and clears the flag. A notice that JAX's handler caught in between (during
+  jax.distributed.initialize) is not seen: a window of milliseconds.
+  """
+  _depth = 0
+  _previous: Any = None
+
+  def __enter__(self) -> SigtermHandler:
+    if threading.current_thread() is threading.main_thread():
+      if SigtermHandler._depth == 0:
+        SigtermHandler._previous = signal.signal(signal.SIGTERM, _set_sigterm)
+      else:
+        # It may have been replaced since the outer entry: jax.distributed.initialize installs
+        # JAX's C++ preemption notifier over it, and signal.getsignal cannot tell (it reports
+        # what Python last installed). Ours again (see the module docstring for why).
+        signal.signal(signal.SIGTERM, _set_sigterm)
+      SigtermHandler._depth += 1
+      self._entered = True
+    else:
+      self._entered = False
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    if not self._entered:
+      return
+    SigtermHandler._depth -= 1
+    if SigtermHandler._depth == 0:
+      signal.signal(signal.SIGTERM, SigtermHandler._previous)
+      _SIGTERM.clear()
+
+  @staticmethod
+  def received() -> bool:
+    return _SIGTERM.is_set()
+
+
+def _set_sigterm(signum: int, frame: Any) -> None:
+  del signum, frame
+  _SIGTERM.set()
+
+
+class PreemptionNotice:
+  """``stop(step)``: True at the same step in every process once any process got SIGTERM.
+
+  Call it once per step, after dispatching the step, in every process. Single process: the
+  local flag. Several: this step's vote (the local flag) is dispatched as a max over one int32
+  per device of `devices`, and the previous step's agreed result is returned: every process
+  reads the same value at the same step, and the host never waits for the device (the previous
+  vote ran behind the previous step, which is done or nearly so).
+  """
+
+  def __init__(self, devices: Any, received: Callable[[], bool] = SigtermHandler.received):
+    self._received = received
+    self._multi = jax.process_count() > 1
+    self._pending: jax.Array | None = None
+    if self._multi:
+      devices = list(np.asarray(devices).flat)
+      mesh = jax.sharding.Mesh(np.asarray(devices), ("votes",))
+      self._sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("votes"))
+      self._local = [d for d in devices if d.process_index == jax.process_index()]
+      self._shape = (len(devices),)
+      self._any = jax.jit(jnp.max, out_shardings=jax.sharding.NamedSharding(
+          mesh, jax.sharding.PartitionSpec()))
+
+  def stop(self, step: int) -> bool:
+    del step  # every process calls this once per step, so the call order is the step order
+    if not self._multi:
+      return self._received()
+    vote = np.array([int(self._received())], np.int32)
+    votes = jax.make_array_from_single_device_arrays(
+        self._shape, self._sharding, [jax.device_put(vote, d) for d in self._local])
+    agreed, self._pending = self._pending, self._any(votes)
+    return agreed is not None and bool(np.asarray(agreed))
