@@ -268,7 +268,8 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
            "are docs/reproduction.md's 1.2.", "", "## Baselines", "",
            *baselines_table(baselines), "## Recipe calibration", "",
            *calibration_lines(results), "## Claims (paired over seeds)", "",
-           *claims_table(results), *held_out_lines(results), "## Every finished run beside its baselines", "",
+           *claims_table(results), *held_out_lines(results),
+           "## Every finished run beside its baselines", "",
            *runs_table(results, baselines)]
   out.mkdir(parents=True, exist_ok=True)
   (out / "verdicts.md").write_text("\n".join(lines))

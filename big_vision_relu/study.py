@@ -6,10 +6,10 @@ r"""Runs a study (a plan of phases of sweep runs) to completion, across sessions
     bash launch/study.sh fmnist / bash launch/repro.sh    # the same, in the background
 
 Plans: `repro` (the MNIST-5k study, big_vision_relu.repro) and `fmnist` (the Fashion-MNIST
-study, big_vision_relu.fmnist). The plan is its PHASES in order, each run once (a run shared by several figures is trained
-once, in `<root>/runs/<run id>`). `--workers` runs train in parallel, each pinned to its own CPU
-core (on this 2-core machine two pinned runs do ~20% more work than one run on both cores, and
-a run's core hours are then its own CPU time).
+study, big_vision_relu.fmnist). The plan is its PHASES in order, each run once (a run shared by
+several figures is trained once, in `<root>/runs/<run id>`). `--workers` runs train in parallel,
+each pinned to its own CPU core (on this 2-core machine two pinned runs do ~20% more work than one
+run on both cores, and a run's core hours are then its own CPU time).
 
 The archive (`--archive`; launch/repro.sh gives results/repro, committed to the repository):
 when a run is done the study copies its results, config.json, metrics.jsonl and DIVERGED if
