@@ -78,7 +78,7 @@ def test_study_throughput_benchmark_charges_each_run_its_evaluators(offline_data
   monkeypatch.setenv("TFDS_DATA_DIR", offline_data_dir)
   out = _run("study_throughput.py", "--configs",
              "configs/repro/mnist_vit.py:size=Ti,patch=4,runlocal;"
-             "configs/local/mnist_relu.py:runlocal", "--steps", "2", "--rounds", "2")
+             "configs/local/mnist_relu.py:runlocal", "--steps", "1", "--rounds", "1")
   rows = _rows(out, "configs/")
   assert len(rows) == 2
   cells = [[c.strip() for c in row.split("|")[1:-1]] for row in rows]

@@ -146,7 +146,9 @@ def test_a_pinned_study_trains_from_its_worktree_and_records_the_commit(fixture_
   def run_study(*args):
     return subprocess.run(
         [sys.executable, "-m", "big_vision_relu.study", "--plan", "fmnist", "--root", str(root),
-         "--archive", str(archive), "--phases", "0", "--config_args", "runlocal", *args],
+         "--archive", str(archive), "--phases", "0",
+         # patch 4 (later arguments win): what is tested is the pinning, not the length.
+         "--config_args", "runlocal,patch=4", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
   try:
     done = run_study("--commit", "HEAD", "--max_runs", "1", "--workers", "1")
