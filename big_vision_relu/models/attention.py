@@ -538,12 +538,13 @@ def _extend_triton_lowering() -> None:
   Private jax API, as there is no public hook; a jax that has rules of its own keeps them."""
   from jax._src.pallas.triton import lowering as triton  # noqa: PLC0415 (GPU lowering only)
   rules = triton.triton_lowering_rules
-  rules.setdefault(lax.erfc_p, triton._make_dispatch_table(
-      "erfc",
-      cuda=[triton._Extern([jnp.float32], "__nv_erfcf", jnp.float32),
-            triton._Extern([jnp.float64], "__nv_erfc", jnp.float64)],
-      rocm=[triton._Extern([jnp.float32], "__ocml_erfc_f32", jnp.float32),
-            triton._Extern([jnp.float64], "__ocml_erfc_f64", jnp.float64)]))
+  if lax.erfc_p not in rules:
+    rules[lax.erfc_p] = triton._make_dispatch_table(
+        "erfc",
+        cuda=[triton._Extern([jnp.float32], "__nv_erfcf", jnp.float32),
+              triton._Extern([jnp.float64], "__nv_erfc", jnp.float64)],
+        rocm=[triton._Extern([jnp.float32], "__ocml_erfc_f32", jnp.float32),
+              triton._Extern([jnp.float64], "__ocml_erfc_f64", jnp.float64)])
   rules.setdefault(lax.copy_p, lambda ctx, x: x)
 
 
