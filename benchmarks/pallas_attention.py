@@ -1,8 +1,8 @@
 r"""Fused pointwise attention on a GPU: `attention_impl='pallas'` against XLA and cuDNN.
 
-    PYTHONPATH=. python3 benchmarks/pallas_attention.py                # the op (a GPU)
-    PYTHONPATH=. python3 benchmarks/pallas_attention.py --train_step   # + ViT training steps
-    PYTHONPATH=. python3 benchmarks/pallas_attention.py --dry --train_step   # CPU, tiny, 1 round
+    PYTHONPATH=. python3 benchmarks/pallas_attention.py                  # the op, on a GPU
+    PYTHONPATH=. python3 benchmarks/pallas_attention.py --tables train   # ViT training steps
+    PYTHONPATH=. python3 benchmarks/pallas_attention.py --dry --tables op,errors,memory,train
 
 The op: a `[b, L, h, 64]` bf16 self-attention through `jax.vjp` (the output and dq, dk, dv) for
 L in `--lengths`, with b chosen so that every L does the same work (b h L^2 = `--pairs`: b =
@@ -18,16 +18,18 @@ forward (the scores recomputed, dv, dw, dq and dk), so forward + backward counts
 for every implementation (whatever it computes), and TFLOP/s ratios are inverse time ratios.
 Speed ratios are per round (the calls of a round ran back to back): median [quartiles].
 
-Accuracy (b = 1): the output and dq, dk, dv of pallas and of a naive bf16 dense attention
-(scores and weights in bf16, `float32_scores=False`), each against float32 (the chunked path at
-HIGHEST precision on the same bf16-rounded inputs, upcast) as the largest absolute error; the
-rule (FlashSigmoid's, FlashAttention's tests): pallas's error <= 2x the naive one.
+Errors (b = 1; every activation at the first L, relu/L at the others): the output and dq, dk,
+dv of pallas and of a naive bf16 dense attention (scores and weights in bf16,
+`float32_scores=False`), each against float32 (the chunked path at HIGHEST precision on the same
+bf16-rounded inputs, upcast) as the largest absolute error; the rule (FlashSigmoid's and
+FlashAttention's tests): pallas's error <= 2x the naive one.
 Memory: XLA's buffer assignment of each compiled forward + backward at b = 1 (compile only,
 `common.memory_mib`): pallas's and chunked's grow as O(L), dense's as O(L^2). Executables whose
 peak exceeds `--max_peak_gib` are reported and not run.
-`--train_step`: one training step (forward, backward, AdamW) of S/16 (L = 197) and S/8 (L = 785),
-224 px, class token, bf16 matmuls, on random images, with softmax (dense) and relu/L (dense,
-chunked, pallas), timed in alternating rounds.
+Train (`--tables train`): one training step (forward, backward, AdamW) of S/16 (L = 197) and S/8
+(L = 785), 224 px, class token, bf16 matmuls, on random images, with softmax (dense) and relu/L
+(dense, chunked, pallas), timed in alternating rounds. `--tables` picks the tables (default: op,
+errors, memory), so that each command fits the GPU machine's 10 minutes.
 
 Imports nothing of TensorFlow, TFDS, clu or ml_collections (the GPU machine has none): the model
 is `big_vision_relu.models.vit.Model`, the optimizer optax's. `--dry` runs everything on CPU (the
@@ -56,6 +58,7 @@ HEAD_DIM = 64
 FWD_BWD_FLOPS = 3.5  # forward + backward, in forwards (FlashAttention's convention)
 PALLAS, DENSE, CHUNKED = "pallas relu/L", "dense relu/L", "chunked relu/L"
 ERROR_NAMES = ("output", "dq", "dk", "dv")
+TABLES = ("op", "errors", "memory", "train")
 
 
 def implementations(block_size: int, chunk_size: int, softmax: str) -> dict[str, Callable]:
@@ -101,6 +104,7 @@ def speed(times: dict[str, list[float]], name: str, baseline: str) -> str:
 
 def op_table(impls: dict[str, Callable], lengths: Sequence[int], heads: int, pairs: float,
              rounds: int, max_peak_gib: float) -> None:
+  """Forward + backward times of `impls` at each length, b h L^2 = `pairs`, in turns."""
   softmax = next(name for name in impls if name.startswith("softmax"))
   rows = []
   for length in lengths:
@@ -126,22 +130,26 @@ def op_table(impls: dict[str, Callable], lengths: Sequence[int], heads: int, pai
                       f"speed vs {softmax}", f"speed vs {DENSE}", "status"), rows)
 
 
-def error_table(impls: dict[str, Callable], lengths: Sequence[int], heads: int,
+def error_table(cases: Sequence[tuple[str, int]], heads: int, block_size: int,
                 max_peak_gib: float) -> None:
-  """Largest absolute errors of pallas and of naive bf16 dense attention vs float32."""
-  relu = dict(activation="relu", seqlen_alpha=1.0)
-  naive = functools.partial(attn.pointwise_attention, **relu, float32_scores=False)
-  float32 = functools.partial(attn.chunked_pointwise_attention, **relu,
-                              precision=lax.Precision.HIGHEST)
+  """Largest absolute errors of pallas and of naive bf16 dense attention vs float32, for each
+  (activation, L) of `cases` (alpha 1)."""
   rows, verdicts = [], []
-  for length in lengths:
+  for activation, length in cases:
+    kw = dict(activation=activation, seqlen_alpha=1.0)
     inputs = random_inputs(length + 1, (1, length, heads, HEAD_DIM), jnp.bfloat16)
     results = {}
-    for name, fn, args in ((PALLAS, impls[PALLAS], inputs), ("naive bf16", naive, inputs),
-                           ("float32", float32, [x.astype(jnp.float32) for x in inputs])):
+    for name, fn, args in (
+        (PALLAS, functools.partial(attn.pallas_pointwise_attention, **kw,
+                                   block_size=block_size), inputs),
+        ("naive bf16", functools.partial(attn.pointwise_attention, **kw, float32_scores=False),
+         inputs),
+        ("float32", functools.partial(attn.chunked_pointwise_attention, **kw,
+                                      precision=lax.Precision.HIGHEST),
+         [x.astype(jnp.float32) for x in inputs])):
       compiled, _, status = compile_or_skip(forward_backward(fn), args, max_peak_gib)
       if compiled is None:
-        print(f"L={length} {name}: {status}")
+        print(f"{activation} L={length} {name}: {status}")
         break
       out, grads = compiled(*args)
       results[name] = [np.asarray(x, np.float32) for x in (out, *grads)]
@@ -152,10 +160,12 @@ def error_table(impls: dict[str, Callable], lengths: Sequence[int], heads: int,
                for name in (PALLAS, "naive bf16")}
         ok = err[PALLAS] <= 2 * err["naive bf16"]
         verdicts.append(ok)
-        rows.append((length, quantity, f"{err[PALLAS]:.3e}", f"{err['naive bf16']:.3e}",
-                     f"{err[PALLAS] / err['naive bf16']:.2f}", "met" if ok else "NOT met"))
-  print("\nbf16 error vs float32 (largest absolute difference), b = 1; rule: pallas <= 2x naive")
-  common.print_table(("L", "quantity", "pallas error", "naive bf16 error", "ratio",
+        rows.append((activation, length, quantity, f"{err[PALLAS]:.3e}",
+                     f"{err['naive bf16']:.3e}", f"{err[PALLAS] / err['naive bf16']:.2f}",
+                     "met" if ok else "NOT met"))
+  print("\nbf16 error vs float32 (largest absolute difference), b = 1, alpha 1; rule: pallas <= "
+        "2x naive")
+  common.print_table(("activation", "L", "quantity", "pallas error", "naive bf16 error", "ratio",
                       "rule"), rows)
   print(f"rule met in {sum(verdicts)} of {len(verdicts)} cases")
 
@@ -236,8 +246,12 @@ def main() -> None:
   parser.add_argument("--rounds", type=int, default=20)
   parser.add_argument("--max_peak_gib", type=float, default=60.0,
                       help="do not run executables whose compiled peak memory exceeds this")
-  parser.add_argument("--train_step", action="store_true",
-                      help="also time training steps of S/16 and S/8")
+  parser.add_argument("--tables", default="op,errors,memory",
+                      help=f"which of {','.join(TABLES)} to print (one GPU command each fits "
+                      "the device's 10 minutes)")
+  parser.add_argument("--error_activations", default=",".join(attn.ACTIVATIONS),
+                      help="activations whose errors are measured at the first length (relu's "
+                      "at every length)")
   parser.add_argument("--train_batch", type=int, default=128)
   parser.add_argument("--dry", action="store_true",
                       help="CPU check of the script: tiny sizes, XLA softmax, one round")
@@ -247,16 +261,25 @@ def main() -> None:
     # 40 tokens: 3 tiles of 16 (8 padded); mu/8 at 32 px: 17 tokens, 2 tiles.
     args.lengths, args.heads, args.pairs, args.rounds = "40", 2, 2 * 2 * 40 ** 2, 1
     args.block_size, args.chunk_size, args.softmax, args.train_batch = 16, 16, "xla", 2
+    args.error_activations = "relu,gelu"
     models = [("mu/8", 32)]
   lengths = [int(x) for x in args.lengths.split(",")]
   device = jax.devices()[0]
   print(f"jax {jax.__version__}, {device.platform}: {device.device_kind}; pallas tiles "
         f"{args.block_size}, chunked blocks {args.chunk_size}{', DRY RUN' if args.dry else ''}")
+  tables = args.tables.split(",")
+  if unknown := set(tables) - set(TABLES):
+    parser.error(f"unknown --tables {sorted(unknown)}; valid: {', '.join(TABLES)}")
   impls = implementations(args.block_size, args.chunk_size, args.softmax)
-  op_table(impls, lengths, args.heads, args.pairs, args.rounds, args.max_peak_gib)
-  error_table(impls, lengths, args.heads, args.max_peak_gib)
-  memory_table(impls, lengths, args.heads)
-  if args.train_step:
+  if "op" in tables:
+    op_table(impls, lengths, args.heads, args.pairs, args.rounds, args.max_peak_gib)
+  if "errors" in tables:
+    cases = [(a, lengths[0]) for a in args.error_activations.split(",")]
+    cases += [("relu", length) for length in lengths[1:]]
+    error_table(cases, args.heads, args.block_size, args.max_peak_gib)
+  if "memory" in tables:
+    memory_table(impls, lengths, args.heads)
+  if "train" in tables:
     train_step_table(models, args.train_batch, args.block_size, args.chunk_size, args.rounds,
                      args.max_peak_gib)
 

@@ -118,7 +118,7 @@ def test_pallas_attention_benchmark_dry_run_without_tensorflow(tmp_path):
   blocked = subprocess.run([sys.executable, "-c", "import ml_collections"], env={
       **os.environ, **env}, capture_output=True, text=True, check=False)
   assert "absent, as on the GPU machine" in blocked.stderr  # the blocker is in force
-  out = _run("pallas_attention.py", "--dry", "--train_step", env=env)
+  out = _run("pallas_attention.py", "--dry", "--tables", "op,errors,memory,train", env=env)
   ops, rest = out.split("bf16 error vs float32")
   errors, memory = rest.split("Compiled memory")
   impls = ["pallas relu/L", "dense relu/L", "chunked relu/L", "softmax xla"]
@@ -126,8 +126,9 @@ def test_pallas_attention_benchmark_dry_run_without_tensorflow(tmp_path):
     rows = _rows(table, "40 ")
     assert [row.split("|")[column].strip() for row in rows] == impls
     assert all(row.rstrip(" |").endswith("ran") for row in rows)
-  assert [row.split("|")[2].strip() for row in _rows(errors, "40 ")] == ["output", "dq", "dk",
-                                                                         "dv"]
+  assert [row.split("|")[3].strip() for row in _rows(errors, "relu ")] == ["output", "dq", "dk",
+                                                                           "dv"]
+  assert len(_rows(errors, "gelu ")) == 4
   assert "rule met in" in errors
   steps = _rows(memory, "mu/8 ")
   assert len(steps) == 4 and all(row.rstrip(" |").endswith("ran") for row in steps)
