@@ -707,7 +707,8 @@ def pallas_pointwise_attention(query: Array, key: Array, value: Array, *,
   `_scores`/`pointwise_weights` as every other path; the backward pass is a dq kernel and a
   dk/dv kernel that recompute the tiles (`_tile_grads`: their VJP, h's derivative by jax), so,
   as in chunked, only q, k and v are kept and memory is O(len). Compiled with Triton on a GPU,
-  run by the Pallas interpreter on CPU (where it is tested).
+  run by the Pallas interpreter on CPU (where it is tested). XLA does not split a compiled
+  kernel over devices: with a batch sharded over several GPUs, call it inside `shard_map`.
 
   Args: as `chunked_pointwise_attention`, except
     block_size: largest query and key tile, a power of two >= 16 (the default 128 x 128 suits a
