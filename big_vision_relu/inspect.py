@@ -286,8 +286,8 @@ def apply_inspecting(model: vit._Model, params: Any, images: jax.Array, *,  # no
 
   Args:
     model: the ViT. Its `sow_attention_weights` is switched on here, and its attention runs
-      dense: the blockwise implementations (`attention_impl` chunked, seq_parallel) compute
-      the same function from the same parameters but never hold the weights.
+      dense: the blockwise implementations (`attention_impl` chunked, seq_parallel, pallas)
+      compute the same function from the same parameters but never hold the weights.
     params: its parameters.
     images: `[n, h, w, c]`.
     with_qk: also capture the queries and keys entering the scores (after qk-LN, if any).

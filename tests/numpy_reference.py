@@ -15,6 +15,17 @@ NUMPY_H = {
     "relu6": lambda x: np.clip(x, 0.0, 6.0),
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
 }
+# h' of each pointwise activation (relu's and relu6's kinks get 0, as in jax).
+NUMPY_DH = {
+    "relu": lambda x: (x > 0.0).astype(x.dtype),
+    "relu2": lambda x: 2.0 * np.maximum(x, 0.0),
+    "gelu": lambda x: (0.5 * (1.0 + erf(x / np.sqrt(2.0)))
+                       + x * np.exp(-0.5 * x ** 2) / np.sqrt(2.0 * np.pi)),
+    "softplus": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "identity": np.ones_like,
+    "relu6": lambda x: ((x > 0.0) & (x < 6.0)).astype(x.dtype),
+    "sigmoid": lambda x: np.exp(-x) / (1.0 + np.exp(-x)) ** 2,
+}
 NUMPY_GATE = {"none": lambda x: x, "silu": lambda x: x / (1.0 + np.exp(-x)),
               "sigmoid": NUMPY_H["sigmoid"]}
 
@@ -33,6 +44,20 @@ def attention(q, k, v, activation, alpha, mask=None):
     if mask is not None:
       weights = np.where(mask, weights, 0.0)
   return np.einsum("bhqk,bkhd->bqhd", weights, v), weights
+
+
+def attention_grads(q, k, v, d_out, activation, alpha):
+  """(dq, dk, dv) of sum(attention(q, k, v)[0] * d_out) for a pointwise activation, by the
+  chain rule through out = W v, W = k_len^-alpha h(S), S = q k^T / sqrt(d)."""
+  q, k, v, d_out = (np.asarray(a, np.float64) for a in (q, k, v, d_out))
+  root_d = np.sqrt(q.shape[-1])
+  scores = np.einsum("bqhd,bkhd->bhqk", q, k) / root_d
+  scale = k.shape[1] ** -alpha
+  d_v = np.einsum("bhqk,bqhd->bkhd", scale * NUMPY_H[activation](scores), d_out)
+  d_scores = np.einsum("bqhd,bkhd->bhqk", d_out, v) * scale * NUMPY_DH[activation](scores)
+  d_q = np.einsum("bhqk,bkhd->bqhd", d_scores, k) / root_d
+  d_k = np.einsum("bhqk,bqhd->bkhd", d_scores, q) / root_d
+  return d_q, d_k, d_v
 
 
 def layer_norm(x, scale, bias=None, eps=1e-6):

@@ -1,4 +1,5 @@
-"""Blockwise attention implementations (chunked, seq_parallel) == the dense path.
+"""Blockwise attention implementations (chunked, seq_parallel) == the dense path (pallas:
+tests/test_pallas_attention.py).
 
 Tiny shapes; the sequence lengths are deliberately not multiples of the block or ring size, so
 the zero padding is exercised. 8 simulated devices come from conftest.py.
@@ -65,24 +66,6 @@ def test_chunked_equals_dense_outputs_and_grads(activation):
     assert_close(got, want), (activation, alpha)
 
 
-@pytest.mark.parametrize("activation", ["relu2", "sigmoid"])
-def test_pallas_kernels_equal_dense_in_interpret_mode(activation):
-  q, k, v, d_out = qkv()
-  kw = dict(activation=activation, seqlen_alpha=1.0)
-  pallas = lambda q, k, v: attn.pallas_pointwise_attention(  # noqa: E731
-      q, k, v, block_size=4, interpret=True, **kw)
-  dense = lambda q, k, v: attn.pointwise_attention(q, k, v, **kw)  # noqa: E731
-  # The forward pass and both backward kernels (dq; dk and dv) are Pallas calls.
-  jaxpr = str(jax.make_jaxpr(functools.partial(outputs_and_grads, pallas))(q, k, v, d_out))
-  assert jaxpr.count("pallas_call[") == 3
-
-  @jit
-  def both(q, k, v, d_out):
-    return outputs_and_grads(pallas, q, k, v, d_out), outputs_and_grads(dense, q, k, v, d_out)
-
-  assert_close(*both(q, k, v, d_out))
-
-
 def test_chunked_keeps_batch_dims_dtype_and_blocks_within_block_size():
   q, k, v, _ = qkv(lq=9, lk=9)
   q, k, v = (x.reshape(1, 2, 9, 2, 4).astype(jnp.bfloat16) for x in (q, k, v))
@@ -129,7 +112,7 @@ def test_seq_parallel_uses_the_context_mesh_and_needs_the_axis():
 @pytest.mark.parametrize("kw,match", [
     (dict(attention="softmax", attention_impl="chunked"),
      "Valid combinations: attention_impl='dense' with any attention"),
-    (dict(attention="relu", attention_impl="flash"), "valid: dense, chunked, seq_parallel"),
+    (dict(attention="relu", attention_impl="flash"), "valid: dense, chunked, seq_parallel, pallas"),
     (dict(attention="relu", attention_impl="seq_parallel", mesh=[("data", -1)]),
      "no sequence axis seq_axis='seq'"),
 ])
@@ -159,7 +142,8 @@ def test_vit_trained_in_the_trainer_step_with_each_impl_matches_dense(offline_da
            labels=jax.nn.one_hot(jnp.arange(16) % 10, 10)),
       NamedSharding(run.mesh, P(train_lib.DATA_AXIS)))
   impls = {"dense": {}, "chunked": dict(attention_block_size=16),
-           "seq_parallel": dict(mesh=MESH_AXES, attention_block_size=8)}
+           "seq_parallel": dict(mesh=MESH_AXES, attention_block_size=8),
+           "pallas": dict(attention_block_size=16)}
   trained = {}
   for impl, kw in impls.items():
     model = vit.Model(config.num_classes, **config.model, attention_impl=impl, **kw)
@@ -172,7 +156,7 @@ def test_vit_trained_in_the_trainer_step_with_each_impl_matches_dense(offline_da
       losses.append(float(metrics["training_loss"]))
     trained[impl] = state["params"], losses
   assert len(set(trained["dense"][1])) == 3  # the steps changed the params
-  for impl in ("chunked", "seq_parallel"):
+  for impl in ("chunked", "seq_parallel", "pallas"):
     np.testing.assert_allclose(trained[impl][1], trained["dense"][1], rtol=1e-5)
     assert_close(trained[impl][0], trained["dense"][0])
 

@@ -4,6 +4,7 @@ measured by running them (docs/benchmarks.md), not in tests."""
 import os
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -22,10 +23,11 @@ def test_paired_ratios_compare_calls_of_the_same_round():
   assert stats["faster"] == 0.6  # 3 of 5 rounds strictly faster
 
 
-def _run(script, *args):
+def _run(script, *args, env=None):
+  """stdout of `python benchmarks/{script} {args}`, on CPU; `env` adds to the environment."""
   # LLVM's optimisation is most of these tiny programs' compile time and none of what is tested.
   env = {**os.environ, "JAX_PLATFORMS": "cpu",
-         "XLA_FLAGS": "--xla_backend_optimization_level=0"}
+         "XLA_FLAGS": "--xla_backend_optimization_level=0", **(env or {})}
   result = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -89,3 +91,44 @@ def test_study_throughput_benchmark_charges_each_run_its_evaluators(offline_data
   assert cells[1][2:4] == ["6", "attention x6, fewshot x3, test x4"]
   assert cells[0][7] == "1.00x [1.00, 1.00]" and cells[1][7].endswith("]")
   assert all(float(c[4]) > 0 and float(c[5]) > 0 for c in cells)
+
+
+# A sitecustomize.py that makes the packages the GPU machine lacks unimportable.
+_NO_TENSORFLOW = textwrap.dedent("""\
+    import importlib.abc
+    import sys
+
+    class _Absent(importlib.abc.MetaPathFinder):
+      def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("tensorflow", "tensorflow_datasets", "clu",
+                                      "ml_collections"):
+          raise ImportError(f"{name} is absent, as on the GPU machine")
+
+    sys.meta_path.insert(0, _Absent())
+""")
+
+
+@pytest.mark.slow
+def test_pallas_attention_benchmark_dry_run_without_tensorflow(tmp_path):
+  """--dry runs every table on CPU (the Pallas interpreter) with TensorFlow, TFDS, clu and
+  ml_collections unimportable, as on the GPU machine the full run is for."""
+  (tmp_path / "sitecustomize.py").write_text(_NO_TENSORFLOW)
+  env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
+                                                     os.environ.get("PYTHONPATH")]))}
+  blocked = subprocess.run([sys.executable, "-c", "import ml_collections"], env={
+      **os.environ, **env}, capture_output=True, text=True, check=False)
+  assert "absent, as on the GPU machine" in blocked.stderr  # the blocker is in force
+  out = _run("pallas_attention.py", "--dry", "--tables", "op,errors,memory,train", env=env)
+  ops, rest = out.split("bf16 error vs float32")
+  errors, memory = rest.split("Compiled memory")
+  impls = ["pallas relu/L", "dense relu/L", "chunked relu/L", "softmax xla"]
+  for table, column in ((ops, 3), (memory, 2)):  # the implementation's column
+    rows = _rows(table, "40 ")
+    assert [row.split("|")[column].strip() for row in rows] == impls
+    assert all(row.rstrip(" |").endswith("ran") for row in rows)
+  assert [row.split("|")[3].strip() for row in _rows(errors, "relu ")] == ["output", "dq", "dk",
+                                                                           "dv"]
+  assert len(_rows(errors, "gelu ")) == 4
+  assert "rule met in" in errors
+  steps = _rows(memory, "mu/8 ")
+  assert len(steps) == 4 and all(row.rstrip(" |").endswith("ran") for row in steps)

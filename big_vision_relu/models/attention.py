@@ -15,7 +15,7 @@ normalisation, which is exactly what the pointwise family does without.
 chunked and sequence-parallel paths) call it with the global `key_len`, so every path computes
 the same function.
 
-Three implementations (`ATTENTION_IMPLS`):
+Four implementations (`ATTENTION_IMPLS`):
   dense         `pointwise_attention`: the `[batch, heads, q_len, k_len]` weights are materialised.
   chunked       `chunked_pointwise_attention`: query blocks x key blocks; the output is a plain
                 sum over key blocks (no running max, no denominator) and a custom VJP recomputes
@@ -23,10 +23,10 @@ Three implementations (`ATTENTION_IMPLS`):
   seq_parallel  `seq_parallel_pointwise_attention`: `shard_map` over a mesh axis for the sequence;
                 key/value shards travel around a ring (`ppermute`) and the partial outputs are
                 added where the queries live, so no row max or row sum is ever exchanged.
+  pallas        `pallas_pointwise_attention`: chunked as fused Pallas kernels, forward and
+                backward (Triton on a GPU; on CPU the Pallas interpreter, where it is tested).
 The blockwise paths are pointwise only (softmax's row statistics span every key), take no mask
 (a ViT has none), and zero-pad lengths to whole blocks (the scale keeps the real key_len).
-`pallas_pointwise_attention` is chunked as Pallas kernels, forward and backward (experimental:
-checked in interpret mode on CPU only, so not an `attention_impl`).
 """
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
 from jax.sharding import PartitionSpec as P
 
 Array = jax.Array
@@ -56,7 +57,7 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "sigmoid": jax.nn.sigmoid,
 }
 ATTENTION_NAMES: tuple[str, ...] = ("softmax", *ACTIVATIONS)
-ATTENTION_IMPLS: tuple[str, ...] = ("dense", "chunked", "seq_parallel")
+ATTENTION_IMPLS: tuple[str, ...] = ("dense", "chunked", "seq_parallel", "pallas")
 
 GATE_ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "none": lambda x: x,
@@ -83,8 +84,8 @@ def _require_pointwise(what: str, activation: str) -> None:
     raise ValueError(
         f"{what} needs a pointwise attention ({', '.join(ACTIVATIONS)}): softmax's row max and "
         "denominator span all keys, so its key blocks cannot simply be added. Valid "
-        "combinations: attention_impl='dense' with any attention; 'chunked' and 'seq_parallel' "
-        "with the pointwise ones.")
+        "combinations: attention_impl='dense' with any attention; 'chunked', 'seq_parallel' and "
+        "'pallas' with the pointwise ones.")
 
 
 def validate_attention_impl(impl: str, activation: str) -> None:
@@ -112,13 +113,33 @@ def pointwise_weights(scores: Array, *, activation: str, seqlen_alpha: float,
   return ACTIVATIONS[activation](scores) * jnp.asarray(scale, scores.dtype)
 
 
-def _scores(query: Array, key: Array, *, float32: bool, precision: Any) -> Array:
-  """[batch..., q, heads, d] x [batch..., k, heads, d] -> [batch..., heads, q, k] / sqrt(d)."""
+# einsum subscripts of (scores, weighted sum): for `[batch..., len, heads, d]` arrays, and for
+# one head's `[len, d]` tiles (inside a Pallas kernel, whose GPU lowering takes 2-D dots only).
+_MULTI_HEAD = ("...qhd,...khd->...hqk", "...hqk,...khd->...qhd")
+_ONE_HEAD = ("qd,kd->qk", "qk,kd->qd")
+
+
+def _sqrt_head_dim(query: Array) -> Array:
+  """sqrt(head_dim) in q's dtype: the scores are (q / this) . k."""
+  return jnp.sqrt(query.shape[-1]).astype(query.dtype)
+
+
+def _scaled_query(query: Array) -> Array:
+  """q / sqrt(head_dim) in q's dtype, computed in float32 and rounded back: the same bits as a
+  bf16 division (float32 has over twice bf16's precision, so the double rounding is exact), and
+  the form a Pallas GPU kernel lowers (Triton divides no bf16)."""
+  wide = jnp.promote_types(query.dtype, jnp.float32)
+  return (query.astype(wide) / _sqrt_head_dim(query)).astype(query.dtype)
+
+
+def _scores(query: Array, key: Array, *, float32: bool, precision: Any,
+            subscripts: str = _MULTI_HEAD[0]) -> Array:
+  """[batch..., q, heads, d] x [batch..., k, heads, d] -> [batch..., heads, q, k] / sqrt(d)
+  (`_ONE_HEAD[0]`: [q, d] x [k, d] -> [q, k])."""
   compute_dtype = jnp.result_type(query, key)
   if float32:  # at least float32: bfloat16 is upcast, float64 stays float64.
     compute_dtype = jnp.promote_types(compute_dtype, jnp.float32)
-  query = query / jnp.sqrt(query.shape[-1]).astype(query.dtype)
-  return jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision,
+  return jnp.einsum(subscripts, _scaled_query(query), key, precision=precision,
                     preferred_element_type=compute_dtype)
 
 
@@ -135,14 +156,15 @@ def _weights(scores: Array, mask: Array | None, *, activation: str, seqlen_alpha
   return weights if mask is None else jnp.where(mask, weights, 0.0)
 
 
-def _weighted_sum(weights: Array, value: Array, *, precision: Any) -> Array:
-  """Weights [..., heads, q, k] x value [..., k, heads, d] -> [..., q, heads, d].
+def _weighted_sum(weights: Array, value: Array, *, precision: Any,
+                  subscripts: str = _MULTI_HEAD[1]) -> Array:
+  """Weights [..., heads, q, k] x value [..., k, heads, d] -> [..., q, heads, d] (`_ONE_HEAD[1]`:
+  [q, k] x [k, d] -> [q, d]).
 
   The product runs in value's dtype (bf16 on TPU) and accumulates in float32 when the weights
   were kept in float32; the result keeps that accumulation dtype.
   """
-  return jnp.einsum("...hqk,...khd->...qhd", weights.astype(value.dtype), value,
-                    precision=precision,
+  return jnp.einsum(subscripts, weights.astype(value.dtype), value, precision=precision,
                     preferred_element_type=jnp.promote_types(weights.dtype, value.dtype))
 
 
@@ -223,13 +245,16 @@ class _BlockSpec:
   q_block: int
   k_block: int
 
-  def partial_output(self, query: Array, key: Array, value: Array) -> Array:
+  def partial_output(self, query: Array, key: Array, value: Array,
+                     layout: tuple[str, str] = _MULTI_HEAD) -> Array:
     """q `[B, bq, heads, d]`, k/v `[B, bk, heads, d]` -> this key block's share of the output
-    `[B, bq, heads, dv]`, in the accumulation dtype (float32 for bf16 inputs)."""
-    scores = _scores(query, key, float32=self.float32_scores, precision=self.precision)
+    `[B, bq, heads, dv]`, in the accumulation dtype (float32 for bf16 inputs). With
+    `layout=_ONE_HEAD`: one head's tiles, q `[bq, d]`, k/v `[bk, d]` -> `[bq, dv]`."""
+    scores = _scores(query, key, float32=self.float32_scores, precision=self.precision,
+                     subscripts=layout[0])
     weights = pointwise_weights(scores, activation=self.activation,
                                 seqlen_alpha=self.seqlen_alpha, key_len=self.key_len)
-    return _weighted_sum(weights, value, precision=self.precision)
+    return _weighted_sum(weights, value, precision=self.precision, subscripts=layout[1])
 
   def output_dtype(self, query: Array, key: Array, value: Array) -> Any:
     """The accumulation dtype of `partial_output` for these inputs."""
@@ -392,24 +417,28 @@ def _check_blockwise(what: str, activation: str, seqlen_alpha: float, mask: Arra
 def _flatten_and_pad(x: Array, length: int) -> Array:
   """`[batch..., len, heads, d]` -> `[B, length, heads, d]`, zeros appended along len.
 
-  Zero keys and values are how the blockwise paths pad: a padded key's weight h(q . 0) is
-  finite and multiplies a zero value, so it adds exactly 0 to every output, and its score
-  gradient (d_out . v = 0) is exactly 0 too; the scale keeps the unpadded key_len.
+  Zero keys and values are how the blockwise paths pad: a padded key's weight h(q . 0) = h(0)
+  is finite (not 0 for gelu, softplus or sigmoid) and multiplies a zero value, so it adds
+  exactly 0 to every output, and its score gradient (d_out . v = 0) is exactly 0 too; a padded
+  query's output is sliced off, so its cotangent is 0 and it adds 0 to dk and dv. The scale
+  keeps the unpadded key_len.
   """
   x = x.reshape(-1, *x.shape[-3:])
   return jnp.pad(x, ((0, 0), (0, length - x.shape[1]), (0, 0), (0, 0)))
 
 
 def _blockwise_call(core: Callable[[_BlockSpec, Array, Array, Array], Array], query: Array,
-                    key: Array, value: Array, *, parts: int = 1, activation: str,
-                    seqlen_alpha: float, block_size: int, dtype: Any, precision: Any,
-                    float32_scores: bool) -> Array:
+                    key: Array, value: Array, *, parts: int = 1,
+                    block_len: Callable[[int, int], tuple[int, int]] = _block_len,
+                    activation: str, seqlen_alpha: float, block_size: int, dtype: Any,
+                    precision: Any, float32_scores: bool) -> Array:
   """Runs `core(spec, q, k, v)` on `[B, len, heads, d]` arrays whose lengths are zero-padded to
-  `parts` equal pieces (devices) of whole blocks of at most `block_size`, and undoes the
-  padding and the batch flattening: `[batch..., q_len, heads, v_dim]` in `dtype`."""
+  `parts` equal pieces (devices) of whole blocks (`block_len(piece length, block_size)` ->
+  (block, padded piece length)), and undoes the padding and the batch flattening:
+  `[batch..., q_len, heads, v_dim]` in `dtype`."""
   q_len, k_len = query.shape[-3], key.shape[-3]
-  q_block, q_part = _block_len(-(-q_len // parts), block_size)
-  k_block, k_part = _block_len(-(-k_len // parts), block_size)
+  q_block, q_part = block_len(-(-q_len // parts), block_size)
+  k_block, k_part = block_len(-(-k_len // parts), block_size)
   spec = _BlockSpec(activation, float(seqlen_alpha), k_len, float32_scores, precision,
                     q_block, k_block)
   out = core(spec, _flatten_and_pad(query, parts * q_part), _flatten_and_pad(key, parts * k_part),
@@ -490,105 +519,177 @@ def seq_parallel_pointwise_attention(query: Array, key: Array, value: Array, *,
                          precision=precision, float32_scores=float32_scores)
 
 
-# ------------------------------------------------------------------- Pallas (experimental)
+# ----------------------------------------------------------------------------------- Pallas
+
+_MIN_PALLAS_BLOCK = 16  # the smallest tile of a GPU matrix multiply (Triton's tl.dot)
 
 
-def _pallas_block_sum(interpret: bool, body: Callable[..., tuple[Array, ...]],
-                      operands: list[tuple[Array, int, int]],
+def _pallas_block_len(length: int, max_block: int) -> tuple[int, int]:
+  """(block, padded length) of the Pallas kernels: a power of two (GPU tile shapes are), at
+  least 16, at most `max_block` and no larger than the length needs: 197 with max_block 128 ->
+  2 blocks of 128; 33 -> 1 block of 64; 1 -> 1 block of 16."""
+  block = min(max_block, max(_MIN_PALLAS_BLOCK, 1 << (length - 1).bit_length()))
+  return block, -(-length // block) * block
+
+
+def _extend_triton_lowering() -> None:
+  """Gives jax's Pallas-to-Triton lowering the two primitives of exact gelu that it lacks (jax
+  0.10): `erfc` (libdevice's __nv_erfcf, CUDA's erfcf) and `copy` (an identity on values).
+  Private jax API, as there is no public hook; a jax that has rules of its own keeps them."""
+  from jax._src.pallas.triton import lowering as triton  # noqa: PLC0415 (GPU lowering only)
+  rules = triton.triton_lowering_rules
+  if lax.erfc_p not in rules:
+    rules[lax.erfc_p] = triton._make_dispatch_table(
+        "erfc",
+        cuda=[triton._Extern([jnp.float32], "__nv_erfcf", jnp.float32),
+              triton._Extern([jnp.float64], "__nv_erfc", jnp.float64)],
+        rocm=[triton._Extern([jnp.float32], "__ocml_erfc_f32", jnp.float32),
+              triton._Extern([jnp.float64], "__ocml_erfc_f64", jnp.float64)])
+  rules.setdefault(lax.copy_p, lambda ctx, x: x)
+
+
+def _pallas_block_sum(name: str, body: Callable[..., tuple[Array, ...]],
+                      operands: list[tuple[Array, int, bool]],
                       outputs: list[tuple[jax.ShapeDtypeStruct, int]]) -> tuple[Array, ...]:
-  """One Pallas kernel over the grid (batch, outer block, inner block) whose outputs are sums of
-  `body` over the inner (reduction) axis: each output block stays resident while the innermost
-  grid axis walks the other side's blocks, the first step writing it, the others adding.
+  """One Pallas kernel over the grid (outer block, batch, head) whose outputs are sums of `body`
+  over the inner blocks: a program loads its outer tiles once, loops over the inner ones inside
+  the kernel (`lax.fori_loop`), accumulating in registers, and writes each output tile once, so
+  no two programs share an output tile and nothing depends on the order programs run in.
+
+  Compiled (Triton) on a GPU; on CPU, which cannot compile Pallas, run by the Pallas
+  interpreter. The choice is made per lowering platform (`lax.platform_dependent`), not from
+  the default backend, so a program lowered for a GPU on a CPU host gets the compiled kernel.
 
   Args:
-    interpret: run with the Pallas interpreter.
-    body: blocks of `operands` (`[1, block, heads, d]` each) -> one part per output.
-    operands: (array `[B, len, heads, d]`, block length, grid axis 1 or 2 its blocks follow).
-    outputs: (shape and dtype `[B, len, heads, d]`, block length); outputs follow grid axis 1.
+    name: the kernel's name (in profiles).
+    body: one head's tiles of `operands` (`[block, d]` each) -> one part per output.
+    operands: (array `[B, len, heads, d]`, block length, True if its blocks follow the outer
+      grid axis, False if the kernel loops over them).
+    outputs: (shape and dtype `[B, len, heads, d]`, block length), following the outer grid
+      axis; the dtype is also the accumulator's.
   """
-  def block(length: int, width: int, heads: int, grid_axis: int) -> pl.BlockSpec:
-    return pl.BlockSpec((1, length, heads, width), lambda *ids: (ids[0], ids[grid_axis], 0, 0))
+  arrays = [x for x, _, _ in operands]
+  batch, _, heads, head_dim = arrays[0].shape
+  num_outer = outputs[0][0].shape[1] // outputs[0][1]
+  inner_block = next(block for _, block, outer in operands if not outer)
+  num_inner = next(x.shape[1] // block for x, block, outer in operands if not outer)
+
+  def tiles(length: int, width: int, outer: bool) -> pl.BlockSpec:
+    if outer:  # [B, len, heads, d] -> the [block, d] tile of this program's block and head
+      return pl.BlockSpec((None, length, None, width), lambda i, b, h: (b, i, h, 0))
+    # The whole length of one head; the kernel reads it a tile at a time.
+    return pl.BlockSpec((None, length * num_inner, None, width), lambda i, b, h: (b, 0, h, 0))
 
   def kernel(*refs):
     in_refs, out_refs = refs[:len(operands)], refs[len(operands):]
-    parts = body(*(ref[...] for ref in in_refs))
-    first = pl.program_id(2) == 0
+    fixed = [ref[...] if outer else None
+             for ref, (_, _, outer) in zip(in_refs, operands, strict=True)]
 
-    @pl.when(first)
-    def _():
-      for ref, part in zip(out_refs, parts, strict=True):
-        ref[...] = part.astype(ref.dtype)
+    def add_inner_block(j: Array, sums: tuple[Array, ...]) -> tuple[Array, ...]:
+      rows = pl.ds(pl.multiple_of(j * inner_block, inner_block), inner_block)
+      parts = body(*(ref[rows, :] if tile is None else tile
+                     for ref, tile in zip(in_refs, fixed, strict=True)))
+      return tuple(s + p.astype(s.dtype) for s, p in zip(sums, parts, strict=True))
 
-    @pl.when(jnp.logical_not(first))
-    def _():
-      for ref, part in zip(out_refs, parts, strict=True):
-        ref[...] += part.astype(ref.dtype)
+    sums = lax.fori_loop(0, num_inner, add_inner_block,
+                         tuple(jnp.zeros(ref.shape, ref.dtype) for ref in out_refs))
+    for ref, total in zip(out_refs, sums, strict=True):
+      ref[...] = total
 
-  batch = operands[0][0].shape[0]
-  num_outer = outputs[0][0].shape[1] // outputs[0][1]
-  num_inner = next(x.shape[1] // length for x, length, axis in operands if axis == 2)
-  return pl.pallas_call(
-      kernel, grid=(batch, num_outer, num_inner),
-      in_specs=[block(length, x.shape[3], x.shape[2], axis) for x, length, axis in operands],
-      out_specs=[block(length, shape.shape[3], shape.shape[2], 1) for shape, length in outputs],
-      out_shape=[shape for shape, _ in outputs], interpret=interpret)(
-          *(x for x, _, _ in operands))
+  def call(interpret: bool, *arrays: Array) -> tuple[Array, ...]:
+    if not interpret:
+      _extend_triton_lowering()
+    return tuple(pl.pallas_call(
+        kernel, grid=(num_outer, batch, heads),
+        in_specs=[tiles(block, x.shape[3], outer) for x, block, outer in operands],
+        out_specs=[tiles(block, shape.shape[3], True) for shape, block in outputs],
+        out_shape=[shape for shape, _ in outputs], interpret=interpret, name=name,
+        # Triton's usual choice for tiles of this size: more warps for the wider head.
+        compiler_params=pltriton.CompilerParams(num_warps=4 if head_dim <= 64 else 8,
+                                                num_stages=2))(*arrays))
+
+  return lax.platform_dependent(*arrays, cpu=functools.partial(call, True),
+                                default=functools.partial(call, False))
 
 
-def _pallas_forward(spec: _BlockSpec, interpret: bool, query: Array, key: Array,
-                    value: Array) -> Array:
-  """`_blocked_forward` as one Pallas kernel: grid (batch, query block, key block), the output
-  block summing `_BlockSpec.partial_output` over key blocks (no running max, no denominator)."""
+def _pallas_forward(spec: _BlockSpec, query: Array, key: Array, value: Array) -> Array:
+  """`_blocked_forward` as one Pallas kernel: grid (query block, batch, head), each program
+  summing `_BlockSpec.partial_output` over the key blocks (no running max, no denominator)."""
   out = jax.ShapeDtypeStruct((*query.shape[:-1], value.shape[-1]),
                              spec.output_dtype(query, key, value))
   (result,) = _pallas_block_sum(
-      interpret, lambda q, k, v: (spec.partial_output(q, k, v),),
-      [(query, spec.q_block, 1), (key, spec.k_block, 2), (value, spec.k_block, 2)],
+      "pointwise_attention_fwd", lambda q, k, v: (spec.partial_output(q, k, v, _ONE_HEAD),),
+      [(query, spec.q_block, True), (key, spec.k_block, False), (value, spec.k_block, False)],
       [(out, spec.q_block)])
   return result
 
 
-def _pallas_backward(spec: _BlockSpec, interpret: bool, query: Array, key: Array, value: Array,
+def _tile_grads(spec: _BlockSpec, query: Array, key: Array, value: Array,
+                d_out: Array) -> tuple[Array, Array, Array]:
+  """(dq, dk, dv) of one head's tile pair (q, d_out `[bq, d]`; k, v `[bk, d]`): the VJP of
+  `partial_output(q, k, v, _ONE_HEAD)`, in float32.
+
+  h's derivative is jax's (the VJP of `pointwise_weights`); the four matmuls are written out
+  because jax.vjp would pair float32 cotangents with bf16 operands, which a GPU matmul does not
+  take. As in a flash-attention backward, each matmul multiplies values in the inputs' dtype
+  (bf16: the weights, the weights' gradient, d_out) and accumulates in float32; for float32
+  inputs this is exactly the VJP.
+  """
+  low = value.dtype
+  scores = _scores(query, key, float32=spec.float32_scores, precision=spec.precision,
+                   subscripts=_ONE_HEAD[0])
+  weights, weights_vjp = jax.vjp(functools.partial(
+      pointwise_weights, activation=spec.activation, seqlen_alpha=spec.seqlen_alpha,
+      key_len=spec.key_len), scores)
+  dot = functools.partial(jnp.einsum, precision=spec.precision,
+                          preferred_element_type=jnp.promote_types(low, jnp.float32))
+  d_out = d_out.astype(low)
+  d_value = dot("qk,qd->kd", weights.astype(low), d_out)
+  (d_scores,) = weights_vjp(dot("qd,kd->qk", d_out, value).astype(weights.dtype))
+  d_scores = d_scores.astype(low)
+  d_key = dot("qk,qd->kd", d_scores, _scaled_query(query))
+  d_query = dot("qk,kd->qd", d_scores, key) / _sqrt_head_dim(query).astype(d_key.dtype)
+  return d_query, d_key, d_value
+
+
+def _pallas_backward(spec: _BlockSpec, query: Array, key: Array, value: Array,
                      d_out: Array) -> tuple[Array, Array, Array]:
-  """`_blocked_backward` as two Pallas kernels, each block pair recomputed: dq sums over key
-  blocks (grid batch, query block, key block), dk and dv over query blocks (grid batch, key
-  block, query block), so every output block has one writer. The block's VJP is that of
-  `_BlockSpec.partial_output`, as in chunked; gradients are at least float32."""
-  d_out = d_out.astype(spec.output_dtype(query, key, value))
+  """`_blocked_backward` as two Pallas kernels, each tile pair recomputed (`_tile_grads`): dq
+  sums over key blocks (grid query block, batch, head), dk and dv over query blocks (grid key
+  block, batch, head), so every output tile has one writer. Gradients are at least float32.
+  d_out travels in the values' dtype (lossless for a bf16 model, whose output cotangent is
+  bf16)."""
+  d_out = d_out.astype(value.dtype)
   grad = lambda x: jax.ShapeDtypeStruct(  # noqa: E731
       x.shape, jnp.promote_types(x.dtype, jnp.float32))
-
-  def dq_part(q, k, v, dout):
-    _, vjp = jax.vjp(lambda q: spec.partial_output(q, k, v), q)
-    return vjp(dout)
-
-  def dkv_parts(q, k, v, dout):
-    _, vjp = jax.vjp(lambda k, v: spec.partial_output(q, k, v), k, v)
-    return vjp(dout)
+  # Each kernel keeps the gradients it owns; the compiler drops the other tile's matmuls.
+  dq_part = lambda q, k, v, dout: _tile_grads(spec, q, k, v, dout)[:1]  # noqa: E731
+  dkv_parts = lambda q, k, v, dout: _tile_grads(spec, q, k, v, dout)[1:]  # noqa: E731
 
   (dq,) = _pallas_block_sum(
-      interpret, dq_part, [(query, spec.q_block, 1), (key, spec.k_block, 2),
-                           (value, spec.k_block, 2), (d_out, spec.q_block, 1)],
+      "pointwise_attention_dq", dq_part,
+      [(query, spec.q_block, True), (key, spec.k_block, False), (value, spec.k_block, False),
+       (d_out, spec.q_block, True)],
       [(grad(query), spec.q_block)])
   dk, dv = _pallas_block_sum(
-      interpret, dkv_parts, [(query, spec.q_block, 2), (key, spec.k_block, 1),
-                             (value, spec.k_block, 1), (d_out, spec.q_block, 2)],
+      "pointwise_attention_dkv", dkv_parts,
+      [(query, spec.q_block, False), (key, spec.k_block, True), (value, spec.k_block, True),
+       (d_out, spec.q_block, False)],
       [(grad(key), spec.k_block), (grad(value), spec.k_block)])
   return dq, dk, dv
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _pallas_attention(spec: _BlockSpec, interpret: bool, query: Array, key: Array,
-                      value: Array) -> Array:
-  return _pallas_forward(spec, interpret, query, key, value)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _pallas_attention(spec: _BlockSpec, query: Array, key: Array, value: Array) -> Array:
+  return _pallas_forward(spec, query, key, value)
 
 
-def _pallas_attention_fwd(spec, interpret, query, key, value):
-  return _pallas_forward(spec, interpret, query, key, value), (query, key, value)
+def _pallas_attention_fwd(spec, query, key, value):
+  return _pallas_forward(spec, query, key, value), (query, key, value)
 
 
-def _pallas_attention_bwd(spec, interpret, residuals, d_out):
-  grads = _pallas_backward(spec, interpret, *residuals, d_out)
+def _pallas_attention_bwd(spec, residuals, d_out):
+  grads = _pallas_backward(spec, *residuals, d_out)
   return tuple(g.astype(x.dtype) for g, x in zip(grads, residuals, strict=True))
 
 
@@ -597,25 +698,31 @@ _pallas_attention.defvjp(_pallas_attention_fwd, _pallas_attention_bwd)
 
 def pallas_pointwise_attention(query: Array, key: Array, value: Array, *,
                                activation: str = "relu", seqlen_alpha: float = 1.0,
-                               block_size: int = 128, interpret: bool = False,
+                               block_size: int = 128, mask: Array | None = None,
                                dtype: Any = None, precision: Any = None,
                                float32_scores: bool = True) -> Array:
-  """Experimental: `chunked_pointwise_attention` as Pallas kernels, forward and backward.
+  """`chunked_pointwise_attention` as fused Pallas kernels, forward and backward.
 
-  The kernels compute each block with `_BlockSpec.partial_output` (and its VJP), i.e. the same
+  The forward kernel computes each tile with `_BlockSpec.partial_output`, i.e. the same
   `_scores`/`pointwise_weights` as every other path; the backward pass is a dq kernel and a
-  dk/dv kernel that recompute the blocks, so, as in chunked, only q, k and v are kept.
-  Tested against the dense path in interpret mode on CPU (`interpret=True`) only; it is not an
-  `attention_impl` because no accelerator lowering of it has been checked.
+  dk/dv kernel that recompute the tiles (`_tile_grads`: their VJP, h's derivative by jax), so,
+  as in chunked, only q, k and v are kept and memory is O(len). Compiled with Triton on a GPU,
+  run by the Pallas interpreter on CPU (where it is tested). XLA does not split a compiled
+  kernel over devices: with a batch sharded over several GPUs, call it inside `shard_map`.
 
-  Args: as `chunked_pointwise_attention`, plus `interpret` (run the kernel with the Pallas
-    interpreter, the only mode on CPU).
+  Args: as `chunked_pointwise_attention`, except
+    block_size: largest query and key tile, a power of two >= 16 (the default 128 x 128 suits a
+      GPU); a shorter length gets the smallest such tile that covers it, and lengths are
+      zero-padded to whole tiles.
   Returns:
     `[batch..., q_len, heads, v_dim]`.
   """
-  _check_blockwise("pallas_pointwise_attention", activation, seqlen_alpha, None, block_size)
-  return _blockwise_call(lambda spec, q, k, v: _pallas_attention(spec, interpret, q, k, v),
-                         query, key, value, activation=activation, seqlen_alpha=seqlen_alpha,
+  _check_blockwise("attention_impl='pallas'", activation, seqlen_alpha, mask, block_size)
+  if block_size < _MIN_PALLAS_BLOCK or block_size & (block_size - 1):
+    raise ValueError("attention_impl='pallas' needs a block_size that is a power of two >= "
+                     f"{_MIN_PALLAS_BLOCK} (a GPU tile), got {block_size}.")
+  return _blockwise_call(_pallas_attention, query, key, value, block_len=_pallas_block_len,
+                         activation=activation, seqlen_alpha=seqlen_alpha,
                          block_size=block_size, dtype=dtype, precision=precision,
                          float32_scores=float32_scores)
 
@@ -630,8 +737,10 @@ class MultiHeadDotProductAttention(nn.Module):
   ablation; bias on, activation `gate_activation`, 'none' by default as the paper names none).
 
   `impl` picks the implementation (ATTENTION_IMPLS): 'dense', or for a pointwise activation
-  'chunked' (blocks of at most `block_size`) or 'seq_parallel' (a ring over the mesh axis
-  `seq_axis` of `mesh`; None: the context mesh). The parameters are the same for all three.
+  'chunked' (blocks of at most `block_size`), 'seq_parallel' (a ring over the mesh axis
+  `seq_axis` of `mesh`; None: the context mesh) or 'pallas' (fused kernels, tiles of at most
+  `block_size`). `block_size` None is the implementation's default (512 for chunked and
+  seq_parallel, GPU tiles of 128 for pallas). The parameters are the same for all four.
   """
   num_heads: int
   activation: str = "softmax"
@@ -643,7 +752,7 @@ class MultiHeadDotProductAttention(nn.Module):
   kernel_init: Callable[..., Array] = nn.initializers.xavier_uniform()
   float32_scores: bool = True
   impl: str = "dense"
-  block_size: int = 512
+  block_size: int | None = None
   mesh: jax.sharding.Mesh | jax.sharding.AbstractMesh | None = None
   seq_axis: str = "seq"
 
@@ -680,13 +789,16 @@ class MultiHeadDotProductAttention(nn.Module):
       key = nn.LayerNorm(use_bias=False, dtype=self.dtype, name="key_ln")(key)
     common = dict(activation=self.activation, seqlen_alpha=self.seqlen_alpha, mask=mask,
                   dtype=self.dtype, float32_scores=self.float32_scores)
+    blocks = {} if self.block_size is None else dict(block_size=self.block_size)
     if self.impl == "dense":
       x = pointwise_attention(query, key, value, **common, module=self if sow_weights else None)
     elif self.impl == "chunked":
-      x = chunked_pointwise_attention(query, key, value, **common, block_size=self.block_size)
+      x = chunked_pointwise_attention(query, key, value, **common, **blocks)
+    elif self.impl == "pallas":
+      x = pallas_pointwise_attention(query, key, value, **common, **blocks)
     else:
-      x = seq_parallel_pointwise_attention(query, key, value, **common, mesh=self.mesh,
-                                           seq_axis=self.seq_axis, block_size=self.block_size)
+      x = seq_parallel_pointwise_attention(query, key, value, **common, **blocks, mesh=self.mesh,
+                                           seq_axis=self.seq_axis)
     if self.gated:
       gate = dense(name="gate")(inputs_q)
       x = x * GATE_ACTIVATIONS[self.gate_activation](gate)

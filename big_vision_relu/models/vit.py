@@ -108,7 +108,7 @@ class Encoder1DBlock(nn.Module):
   gate_activation: str = "none"
   sow_attention_weights: bool = False
   attention_impl: str = "dense"
-  attention_block_size: int = 512
+  attention_block_size: int | None = None
   mesh: jax.sharding.Mesh | None = None
   seq_axis: str = "seq"
 
@@ -206,7 +206,7 @@ class _Model(nn.Module):
   gated: bool = False
   gate_activation: str = "none"
   attention_impl: str = "dense"
-  attention_block_size: int = 512
+  attention_block_size: int | None = None
   mesh: Any = None
   seq_axis: str = "seq"
   # Sow each encoder block's attention weights `[n, heads, q, k]` into the `intermediates`
@@ -310,8 +310,10 @@ def Model(num_classes: int | None = None, *, variant: str | None = None,  # noqa
   rep_size, dropout, pool_type (gap | tok | map | 0 | none), head_zeroinit, scan, remat_policy,
   dtype_mm; ours: attention (softmax | relu | relu2 | gelu | softplus | identity | relu6 |
   sigmoid), seqlen_alpha, qk_norm, gated, gate_activation (none | silu | sigmoid),
-  attention_impl (dense | chunked | seq_parallel; the blockwise two for pointwise attention
-  only), attention_block_size (largest block of chunked, and of seq_parallel's local blocks),
+  attention_impl (dense | chunked | seq_parallel | pallas; the blockwise three for pointwise
+  attention only), attention_block_size (largest block of chunked, of seq_parallel's local
+  blocks, and of pallas's tiles, a power of two; None: the implementation's default, 512 for
+  chunked and seq_parallel, 128 for pallas),
   mesh and seq_axis (seq_parallel splits the sequence over the mesh axis seq_axis, 'seq' by
   default; mesh is a Mesh or config.mesh-style axes such as [('data', 2), ('seq', 4)], None =
   the context mesh of jax.set_mesh), sow_attention_weights (inspection: see `_Model`; dense

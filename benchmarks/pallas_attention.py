@@ -1,0 +1,288 @@
+r"""Fused pointwise attention on a GPU: `attention_impl='pallas'` against XLA and cuDNN.
+
+    PYTHONPATH=. python3 benchmarks/pallas_attention.py                  # the op, on a GPU
+    PYTHONPATH=. python3 benchmarks/pallas_attention.py --tables train   # ViT training steps
+    PYTHONPATH=. python3 benchmarks/pallas_attention.py --dry --tables op,errors,memory,train
+
+The op: a `[b, L, h, 64]` bf16 self-attention through `jax.vjp` (the output and dq, dk, dv) for
+L in `--lengths`, with b chosen so that every L does the same work (b h L^2 = `--pairs`: b =
+6915, 435, 16, 1 at L = 197, 785, 4096, 16384 with 6 heads), enough programs to fill a GPU.
+Implementations, compiled first and then timed in alternating rounds (`common.round_times`):
+  pallas relu/L     our fused Pallas kernels (Triton), `--block_size` tiles;
+  dense relu/L      XLA: the `[b, h, L, L]` weights materialised (the model's dense path);
+  chunked relu/L    our blockwise XLA path, `--chunk_size` blocks;
+  softmax cudnn     `jax.nn.dot_product_attention(implementation='cudnn')`, cuDNN's flash
+                    attention (softmax: the baseline the issue asks to beat at L >= 4096).
+TFLOP/s use FlashAttention's convention: forward 4 b h L^2 d (q.k and w.v), backward 2.5x the
+forward (the scores recomputed, dv, dw, dq and dk), so forward + backward counts 3.5 x 4 b h L^2 d
+for every implementation (whatever it computes), and TFLOP/s ratios are inverse time ratios.
+Speed ratios are per round (the calls of a round ran back to back): median [quartiles].
+
+Errors (b = 1; every activation at the first L, relu/L at the others): the output and dq, dk,
+dv of pallas and of a naive bf16 dense attention (scores and weights in bf16,
+`float32_scores=False`), each against float32 (the chunked path at HIGHEST precision on the same
+bf16-rounded inputs, upcast) as the largest absolute error; the rule (FlashSigmoid's and
+FlashAttention's tests): pallas's error <= 2x the naive one.
+Memory: XLA's buffer assignment of each compiled forward + backward at b = 1 (compile only,
+`common.memory_mib`): pallas's and chunked's grow as O(L), dense's as O(L^2). Executables whose
+peak exceeds `--max_peak_gib` are reported and not run.
+Train (`--tables train`): one training step (forward, backward, AdamW) of S/16 (L = 197) and S/8
+(L = 785), 224 px, class token, bf16 matmuls, on random images, with softmax (dense) and relu/L
+(dense, chunked, pallas), timed in alternating rounds. `--tables` picks the tables (default: op,
+errors, memory), so that each command fits the GPU machine's 10 minutes.
+
+Imports nothing of TensorFlow, TFDS, clu or ml_collections (the GPU machine has none): the model
+is `big_vision_relu.models.vit.Model`, the optimizer optax's. `--dry` runs everything on CPU (the
+Pallas interpreter) at tiny sizes, one round: what tests/test_benchmarks.py runs.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax import lax
+
+from big_vision_relu.models import attention as attn
+from big_vision_relu.models import vit
+
+import common
+from attention_op import forward_backward
+
+HEAD_DIM = 64
+FWD_BWD_FLOPS = 3.5  # forward + backward, in forwards (FlashAttention's convention)
+PALLAS, DENSE, CHUNKED = "pallas relu/L", "dense relu/L", "chunked relu/L"
+ERROR_NAMES = ("output", "dq", "dk", "dv")
+TABLES = ("op", "errors", "memory", "train")
+
+
+def implementations(block_size: int, chunk_size: int, softmax: str) -> dict[str, Callable]:
+  """{name: attention(q, k, v)} of the op table; `softmax`: dot_product_attention's backend."""
+  relu = dict(activation="relu", seqlen_alpha=1.0)
+  return {
+      PALLAS: functools.partial(attn.pallas_pointwise_attention, **relu, block_size=block_size),
+      DENSE: functools.partial(attn.pointwise_attention, **relu),
+      CHUNKED: functools.partial(attn.chunked_pointwise_attention, **relu,
+                                 block_size=chunk_size),
+      f"softmax {softmax}": functools.partial(jax.nn.dot_product_attention,
+                                              implementation=softmax),
+  }
+
+
+def random_inputs(seed: int, shape: Sequence[int], dtype: Any) -> list[jax.Array]:
+  """q, k, v and an output cotangent, normal (never zeros: they hide unwritten outputs)."""
+  keys = jax.random.split(jax.random.PRNGKey(seed), 4)
+  return [jax.random.normal(key, shape, dtype) for key in keys]
+
+
+def compile_or_skip(fn: Callable, args: Sequence[Any], max_peak_gib: float
+                    ) -> tuple[jax.stages.Compiled | None, dict[str, float] | None, str]:
+  """(compiled, memory MiB, status): status 'ran' when it may run, else why not (a compile
+  failure is reported, not raised, so one implementation cannot stop the others)."""
+  try:
+    compiled = common.compile_fn(fn, *args)
+  except Exception as e:  # noqa: BLE001 (any compiler error is a result to report)
+    return None, None, f"failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}"
+  memory = common.memory_mib(compiled)
+  if memory["peak"] > max_peak_gib * 1024:
+    return None, memory, f"skipped: peak {memory['peak'] / 1024:.1f} GiB > --max_peak_gib"
+  return compiled, memory, "ran"
+
+
+def speed(times: dict[str, list[float]], name: str, baseline: str) -> str:
+  """'1.23x [1.20, 1.25]': baseline time / name's time per round, median [quartiles]."""
+  if name not in times or baseline not in times:
+    return "-"
+  r = common.paired_ratios(times[baseline], times[name])
+  return f"{r['median']:.2f}x [{r['q1']:.2f}, {r['q3']:.2f}]"
+
+
+def op_table(impls: dict[str, Callable], lengths: Sequence[int], heads: int, pairs: float,
+             rounds: int, max_peak_gib: float) -> None:
+  """Forward + backward times of `impls` at each length, b h L^2 = `pairs`, in turns."""
+  softmax = next(name for name in impls if name.startswith("softmax"))
+  rows = []
+  for length in lengths:
+    batch = max(1, round(pairs / (heads * length ** 2)))
+    inputs = random_inputs(length, (batch, length, heads, HEAD_DIM), jnp.bfloat16)
+    runs, statuses = {}, {}
+    for name, fn in impls.items():
+      compiled, _, statuses[name] = compile_or_skip(forward_backward(fn), inputs, max_peak_gib)
+      if compiled is not None:
+        runs[name] = compiled, inputs
+    times = common.round_times(runs, rounds=rounds)
+    flops = FWD_BWD_FLOPS * 4 * batch * heads * length ** 2 * HEAD_DIM
+    for name in impls:
+      seconds = min(times[name]) if name in times else None
+      rows.append((length, f"{batch} x {heads}", name,
+                   "-" if seconds is None else f"{1e3 * seconds:.3f}",
+                   "-" if seconds is None else f"{flops / seconds / 1e12:.1f}",
+                   speed(times, name, softmax), speed(times, name, DENSE), statuses[name]))
+    print(f"L={length}: {len(runs)} of {len(impls)} ran", flush=True)
+  print(f"\nForward + backward, bf16, head dim {HEAD_DIM}; TFLOP/s = {FWD_BWD_FLOPS} x 4 b h L^2 d "
+        "/ fastest time; speed = other's time / this one's, per round: median [quartiles].")
+  common.print_table(("L", "b x h", "implementation", "fwd+bwd ms", "TFLOP/s",
+                      f"speed vs {softmax}", f"speed vs {DENSE}", "status"), rows)
+
+
+def error_table(cases: Sequence[tuple[str, int]], heads: int, block_size: int,
+                max_peak_gib: float) -> None:
+  """Largest absolute errors of pallas and of naive bf16 dense attention vs float32, for each
+  (activation, L) of `cases` (alpha 1)."""
+  rows, verdicts = [], []
+  for activation, length in cases:
+    kw = dict(activation=activation, seqlen_alpha=1.0)
+    inputs = random_inputs(length + 1, (1, length, heads, HEAD_DIM), jnp.bfloat16)
+    results = {}
+    for name, fn, args in (
+        (PALLAS, functools.partial(attn.pallas_pointwise_attention, **kw,
+                                   block_size=block_size), inputs),
+        ("naive bf16", functools.partial(attn.pointwise_attention, **kw, float32_scores=False),
+         inputs),
+        ("float32", functools.partial(attn.chunked_pointwise_attention, **kw,
+                                      precision=lax.Precision.HIGHEST),
+         [x.astype(jnp.float32) for x in inputs])):
+      compiled, _, status = compile_or_skip(forward_backward(fn), args, max_peak_gib)
+      if compiled is None:
+        print(f"{activation} L={length} {name}: {status}")
+        break
+      out, grads = compiled(*args)
+      results[name] = [np.asarray(x, np.float32) for x in (out, *grads)]
+    else:
+      want = results["float32"]
+      for i, quantity in enumerate(ERROR_NAMES):
+        err = {name: float(np.abs(results[name][i] - want[i]).max())
+               for name in (PALLAS, "naive bf16")}
+        ok = err[PALLAS] <= 2 * err["naive bf16"]
+        verdicts.append(ok)
+        rows.append((activation, length, quantity, f"{err[PALLAS]:.3e}",
+                     f"{err['naive bf16']:.3e}", f"{err[PALLAS] / err['naive bf16']:.2f}",
+                     "met" if ok else "NOT met"))
+  print("\nbf16 error vs float32 (largest absolute difference), b = 1, alpha 1; rule: pallas <= "
+        "2x naive")
+  common.print_table(("activation", "L", "quantity", "pallas error", "naive bf16 error", "ratio",
+                      "rule"), rows)
+  print(f"rule met in {sum(verdicts)} of {len(verdicts)} cases")
+
+
+def memory_table(impls: dict[str, Callable], lengths: Sequence[int], heads: int) -> None:
+  """Compiled memory of forward + backward at b = 1 (nothing runs)."""
+  rows = []
+  for length in lengths:
+    args = [jax.ShapeDtypeStruct((1, length, heads, HEAD_DIM), jnp.bfloat16)] * 4
+    for name, fn in impls.items():
+      _, memory, status = compile_or_skip(forward_backward(fn), args, max_peak_gib=float("inf"))
+      rows.append((length, name, *(("-", "-", "-") if memory is None else (
+          f"{memory['temp']:.2f}", f"{memory['peak']:.2f}",
+          f"{memory['peak'] * 1024 / length:.2f}")), status))
+  print(f"\nCompiled memory of forward + backward, [1, L, {heads}, {HEAD_DIM}] bf16 (XLA's buffer "
+        "assignment): O(L) memory = a constant peak per token")
+  common.print_table(("L", "implementation", "temp MiB", "peak MiB", "peak KiB per token",
+                      "status"), rows)
+
+
+def train_step_table(models: Sequence[tuple[str, int]], batch: int, block_size: int,
+                     chunk_size: int, rounds: int, max_peak_gib: float) -> None:
+  """One AdamW training step of each model with softmax and relu/L attentions."""
+  attentions = {"softmax dense": ("softmax", "dense", None),
+                DENSE: ("relu", "dense", None),
+                CHUNKED: ("relu", "chunked", chunk_size),
+                PALLAS: ("relu", "pallas", block_size)}
+  tx = optax.adamw(1e-3, weight_decay=1e-4)
+  rows = []
+  for variant, image_size in models:
+    images = jax.random.normal(jax.random.PRNGKey(0), (batch, image_size, image_size, 3))
+    labels = jax.nn.one_hot(jnp.arange(batch) % 1000, 1000)
+    runs, statuses = {}, {}
+    for name, (attention, impl, block) in attentions.items():
+      model = vit.Model(1000, variant=variant, pool_type="tok", attention=attention,
+                        seqlen_alpha=1.0, dtype_mm="bfloat16", attention_impl=impl,
+                        attention_block_size=block)
+      params = jax.jit(model.init)(jax.random.PRNGKey(1), images[:1])["params"]
+      opt_state = jax.jit(tx.init)(params)
+
+      def step(params, opt_state, images, labels, model=model):
+        def loss_fn(params):
+          logits, _ = model.apply({"params": params}, images, train=True)
+          return optax.softmax_cross_entropy(logits, labels).mean()
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+      args = (params, opt_state, images, labels)
+      compiled, _, statuses[name] = compile_or_skip(step, args, max_peak_gib)
+      if compiled is not None:
+        runs[name] = compiled, args
+    times = common.round_times(runs, rounds=rounds)
+    length = (image_size // int(variant.split("/")[1])) ** 2 + 1
+    for name in attentions:
+      seconds = min(times[name]) if name in times else None
+      rows.append((variant, length, name, "-" if seconds is None else f"{1e3 * seconds:.2f}",
+                   "-" if seconds is None else f"{batch / seconds:.0f}",
+                   speed(times, name, "softmax dense"), speed(times, name, DENSE),
+                   statuses[name]))
+    print(f"{variant}: {len(runs)} of {len(attentions)} ran", flush=True)
+  print(f"\nOne training step (AdamW), batch {batch}, bf16 matmuls, random images; speed = "
+        "other's step time / this one's, per round: median [quartiles].")
+  common.print_table(("model", "L", "attention", "step ms", "images/s", "speed vs softmax dense",
+                      f"speed vs {DENSE}", "status"), rows)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--lengths", default="197,785,4096,16384")
+  parser.add_argument("--heads", type=int, default=6)
+  parser.add_argument("--pairs", type=float, default=6 * 16384 ** 2,
+                      help="b x h x L^2 of every op call (b follows from it)")
+  parser.add_argument("--block_size", type=int, default=128, help="pallas's tiles")
+  parser.add_argument("--chunk_size", type=int, default=512, help="chunked's blocks")
+  parser.add_argument("--softmax", default="cudnn",
+                      help="jax.nn.dot_product_attention's implementation (the softmax baseline)")
+  parser.add_argument("--rounds", type=int, default=20)
+  parser.add_argument("--max_peak_gib", type=float, default=60.0,
+                      help="do not run executables whose compiled peak memory exceeds this")
+  parser.add_argument("--tables", default="op,errors,memory",
+                      help=f"which of {','.join(TABLES)} to print (one GPU command each fits "
+                      "the device's 10 minutes)")
+  parser.add_argument("--error_activations", default=",".join(attn.ACTIVATIONS),
+                      help="activations whose errors are measured at the first length (relu's "
+                      "at every length)")
+  parser.add_argument("--train_batch", type=int, default=128)
+  parser.add_argument("--dry", action="store_true",
+                      help="CPU check of the script: tiny sizes, XLA softmax, one round")
+  args = parser.parse_args()
+  models = [("S/16", 224), ("S/8", 224)]
+  if args.dry:
+    # 40 tokens: 3 tiles of 16 (8 padded); mu/8 at 32 px: 17 tokens, 2 tiles.
+    args.lengths, args.heads, args.pairs, args.rounds = "40", 2, 2 * 2 * 40 ** 2, 1
+    args.block_size, args.chunk_size, args.softmax, args.train_batch = 16, 16, "xla", 2
+    args.error_activations = "relu,gelu"
+    models = [("mu/8", 32)]
+  lengths = [int(x) for x in args.lengths.split(",")]
+  device = jax.devices()[0]
+  print(f"jax {jax.__version__}, {device.platform}: {device.device_kind}; pallas tiles "
+        f"{args.block_size}, chunked blocks {args.chunk_size}{', DRY RUN' if args.dry else ''}")
+  tables = args.tables.split(",")
+  if unknown := set(tables) - set(TABLES):
+    parser.error(f"unknown --tables {sorted(unknown)}; valid: {', '.join(TABLES)}")
+  impls = implementations(args.block_size, args.chunk_size, args.softmax)
+  if "op" in tables:
+    op_table(impls, lengths, args.heads, args.pairs, args.rounds, args.max_peak_gib)
+  if "errors" in tables:
+    cases = [(a, lengths[0]) for a in args.error_activations.split(",")]
+    cases += [("relu", length) for length in lengths[1:]]
+    error_table(cases, args.heads, args.block_size, args.max_peak_gib)
+  if "memory" in tables:
+    memory_table(impls, lengths, args.heads)
+  if "train" in tables:
+    train_step_table(models, args.train_batch, args.block_size, args.chunk_size, args.rounds,
+                     args.max_peak_gib)
+
+
+if __name__ == "__main__":
+  main()
