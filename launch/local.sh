@@ -28,21 +28,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() {  # the header comment above
-  local line
-  while IFS= read -r line; do
-    [[ $line == '#!'* ]] && continue
-    [[ $line == '#'* ]] || break
-    line="${line#\#}"
-    printf '%s\n' "${line# }"
-  done < "$0"
-}
-
-usage_error() {  # usage_error MESSAGE: the message, the usage, exit 2
-  printf 'error: %s\n\n' "$*" >&2
-  usage >&2
-  exit 2
-}
+# usage, usage_error: the header comment above as the usage.
+# shellcheck source-path=SCRIPTDIR source=usage.sh
+source "$(dirname "$0")/usage.sh"
 
 run() {  # run COMMAND...: runs it, or prints it (shell-quoted) with --dry-run
   if [[ -n ${DRY_RUN} ]]; then

@@ -30,7 +30,7 @@ def train_command(*args: str) -> list[str]:
 
 def test_shellcheck_clean():
   shellcheck = pathlib.Path(sys.executable).parent / "shellcheck"
-  result = subprocess.run([str(shellcheck), str(SCRIPT)], capture_output=True, text=True,
+  result = subprocess.run([str(shellcheck), "-x", str(SCRIPT)], capture_output=True, text=True,
                           check=False)
   assert result.returncode == 0, result.stdout + result.stderr
 

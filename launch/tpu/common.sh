@@ -67,21 +67,9 @@ die() {  # die MESSAGE...: print "error: MESSAGE" to stderr and exit 1
   exit 1
 }
 
-usage() {  # prints the calling script's header comment (from line 2 to the first non-comment)
-  local line
-  while IFS= read -r line; do
-    [[ $line == '#!'* || $line == '# shellcheck '* ]] && continue
-    [[ $line == '#'* ]] || break
-    line="${line#\#}"
-    printf '%s\n' "${line# }"
-  done < "$0"
-}
-
-usage_error() {  # usage_error MESSAGE: the message, the usage, exit 2
-  printf 'error: %s\n\n' "$*" >&2
-  usage >&2
-  exit 2
-}
+# usage, usage_error: the calling script's header comment as its usage.
+# shellcheck source=../usage.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../usage.sh"
 
 # parse_args "$@": the options every script shares, plus the script's own ones declared before
 # the call in OPTIONS, e.g. OPTIONS=(--yes --vms=) ("=" marks an option taking a value, given as
