@@ -250,7 +250,7 @@ def collect(sweep_path: str, root: str, spec: sweep_lib.FigureSpec) -> list[Row]
   """One row per run of the sweep file `sweep_path`, in the sweep's order, from `root`."""
   runs = sweep_lib.load_sweep(sweep_path)
   with concurrent.futures.ThreadPoolExecutor(_MAX_READERS) as pool:
-    return list(pool.map(lambda r: collect_run(r, sweep_lib.workdir(root, sweep_path, r), spec),
+    return list(pool.map(lambda r: collect_run(r, sweep_lib.workdir(root, r), spec),
                          runs))
 
 

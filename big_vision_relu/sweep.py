@@ -150,10 +150,8 @@ def sweep_name(path: str) -> str:
   return pathlib.Path(path).stem
 
 
-def workdir(root: str, path: str, run: Run) -> str:
-  """`<root>/runs/<run id>`: the same for every sweep listing the run (`path` is only checked
-  to be a sweep file name, for the callers' symmetry)."""
-  del path
+def workdir(root: str, run: Run) -> str:
+  """`<root>/runs/<run id>`: the same for every sweep listing the run, so it trains once."""
   return f"{root.rstrip('/')}/runs/{run.run_id}"
 
 
@@ -179,7 +177,7 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"No run {FLAGS.run!r} in {path}; see --list.")
   run = by_id[FLAGS.run]
   command = [sys.executable, "-m", "big_vision_relu.train", "--config", run.config_arg,
-             "--workdir", workdir(FLAGS.workdir_root, path, run)]
+             "--workdir", workdir(FLAGS.workdir_root, run)]
   print(" ".join(command), flush=True)
   sys.exit(subprocess.call(command, env=os.environ))
 

@@ -29,9 +29,9 @@ def _steps(total: int) -> dict[str, Any]:
   return {"total_steps": total, "input": {"batch_size": 8, "data": {"name": "x", "split": "y"}}}
 
 
-def _write_run(root: pathlib.Path, sweep_path: str, run: sweep.Run,
+def _write_run(root: pathlib.Path, run: sweep.Run,
                lines: list[dict[str, Any]] | None, config: dict[str, Any] | None) -> None:
-  workdir = pathlib.Path(sweep.workdir(str(root), sweep_path, run))
+  workdir = pathlib.Path(sweep.workdir(str(root), run))
   workdir.mkdir(parents=True)
   if config is not None:
     (workdir / "config.json").write_text(json.dumps(config, indent=2))
@@ -53,13 +53,13 @@ def fig1_root(tmp_path: pathlib.Path) -> pathlib.Path:
   B/32 softmax started (config.json only); the other 5 missing."""
   runs = sweep.load_sweep(FIG1)
   root = tmp_path / "runs"
-  _write_run(root, FIG1, runs[0], [
+  _write_run(root, runs[0], [
       {"step": 50, "training_loss": 2.0, "core_hours": 5.0},
       {"step": 100, "training_loss": 1.5, "core_hours": 10.0, "i1k/prec@1": 0.5,
        "fewshot/10shot_avg": 0.4},
   ], _steps(100))
   last = I21K_TOTAL
-  _write_run(root, FIG1, runs[1], [
+  _write_run(root, runs[1], [
       {"step": 103_000, "training_loss": 1.8, "core_hours": 8.0},
       {"step": last, "training_loss": 1.7, "core_hours": 9.0, "i1k/prec@1": 0.45,
        "fewshot/10shot_avg": 0.35},
@@ -68,15 +68,15 @@ def fig1_root(tmp_path: pathlib.Path) -> pathlib.Path:
       {"step": last, "training_loss": 1.6, "core_hours": 11.5, "i1k/prec@1": 0.47,
        "fewshot/10shot_avg": 0.37},
   ], I21K_CONFIG)
-  _write_run(root, FIG1, runs[2], [
+  _write_run(root, runs[2], [
       {"step": 50, "training_loss": 3.0, "core_hours": 20.0},
   ], _steps(100))
-  _write_run(root, FIG1, runs[3], [
+  _write_run(root, runs[3], [
       {"step": 60, "training_loss": 2.5, "core_hours": 24.0, "i1k/prec@1": 0.2,
        "fewshot/10shot_avg": 0.1},
       {"step": 80, "training_loss": 2.25, "core_hours": 32.0},
   ], _steps(100))
-  _write_run(root, FIG1, runs[4], None, _steps(100))
+  _write_run(root, runs[4], None, _steps(100))
   return root
 
 
@@ -128,8 +128,8 @@ def test_status_without_a_known_total(tmp_path):
   run = sweep.Run("configs/vit_i21k.py", {"variant": "S/32"})
   config = {"total_epochs": 3, "input": {"batch_size": 8, "data": {"name": "?"}},
             "evals": {"i1k": {}, "fewshot": {}}}
-  _write_run(tmp_path, FIG1, run, [{"step": 5, "i1k/prec@1": 0.1}], config)
-  workdir = sweep.workdir(str(tmp_path), FIG1, run)
+  _write_run(tmp_path, run, [{"step": 5, "i1k/prec@1": 0.1}], config)
+  workdir = sweep.workdir(str(tmp_path), run)
   assert report.collect_run(run, workdir).status == "running"
   with open(pathlib.Path(workdir) / "metrics.jsonl", "a") as f:
     f.write(json.dumps({"step": 9, "i1k/prec@1": 0.2, "fewshot/10shot_avg": 0.1}) + "\n")
@@ -211,15 +211,15 @@ def fig2_root(tmp_path: pathlib.Path) -> pathlib.Path:
   ]
   for args, accuracy in finished:
     run = _find(runs, **args)
-    if pathlib.Path(sweep.workdir(str(root), FIG2, run)).exists():
+    if pathlib.Path(sweep.workdir(str(root), run)).exists():
       continue  # a run Figure 1 lists too (S/32 softmax), written by fig1_root: trained once
-    _write_run(root, FIG2, run, [
+    _write_run(root, run, [
         {"step": 10, "training_loss": 1.0, "core_hours": 1.0, "i1k/prec@1": accuracy}
     ], _steps(10))
-  _write_run(root, FIG2, _find(runs, dataset="i21k", variant="S/32", attention="relu",
+  _write_run(root, _find(runs, dataset="i21k", variant="S/32", attention="relu",
                                alpha=2.0),
              [{"step": 5, "training_loss": 1.0, "i1k/prec@1": 0.2}], _steps(10))
-  _write_run(root, FIG2, _find(runs, dataset="i1k", variant="S/16", attention="softmax"),
+  _write_run(root, _find(runs, dataset="i1k", variant="S/16", attention="softmax"),
              [{"step": 5, "training_loss": 1.0, "i1k/prec@1": 0.7}], _steps(10))
   return root
 
@@ -321,7 +321,7 @@ def _repro_sweep(tmp_path: pathlib.Path, name: str, grid: list[dict[str, Any]]) 
 def _repro_run(root: pathlib.Path, sweep_path: str, metrics: dict[str, float], *,
                finished: bool = True, **args: Any) -> None:
   """A run (of 10 steps) that logged `metrics` at its last step (10, or 5 when not finished)."""
-  _write_run(root, sweep_path, sweep.Run(REPRO_CONFIG, _repro_args(**args)),
+  _write_run(root, sweep.Run(REPRO_CONFIG, _repro_args(**args)),
              [{"step": 10 if finished else 5, **metrics}], _steps(10))
 
 
@@ -561,7 +561,7 @@ def test_alpha_tables_use_finished_runs_only(tmp_path):
              seed=0, qk_norm=False)
   diverged = sweep.Run(REPRO_CONFIG, _repro_args(attention="relu", alpha=0.0, seed=0,
                                                  qk_norm=False))
-  workdir = pathlib.Path(sweep.workdir(str(root), path, diverged))
+  workdir = pathlib.Path(sweep.workdir(str(root), diverged))
   (workdir / report.DIVERGED_FILE).write_text("FloatingPointError: Non-finite loss\n")
   row = report.collect_run(diverged, workdir, REPRO_FIGURE)
   assert (row.status, row.step, row.metrics) == ("diverged", 5, {})
@@ -584,7 +584,7 @@ def test_the_step_1_evaluation_is_no_result(tmp_path):
   to show yet, though its core hours and loss are kept."""
   path = _repro_sweep(tmp_path, "fig2_mini", [_repro_args()])
   run = sweep.Run(REPRO_CONFIG, _repro_args())
-  _write_run(tmp_path / "runs", path, run,
+  _write_run(tmp_path / "runs", run,
              [{"step": 1, "test/prec@1": 0.1, "fewshot/10shot_avg": 0.4, "core_hours": 0.01,
                "training_loss": 2.3}], _steps(10))
   (row,) = report.collect(path, str(tmp_path / "runs"), REPRO_FIGURE)
@@ -612,9 +612,9 @@ def test_a_run_shared_by_several_figures_trains_once_and_every_report_finds_it(t
   assert len(shared) == 48
   run_id = shared[0]
   root = str(tmp_path)
-  assert (sweep.workdir(root, FIG2, fig2_runs[run_id])
-          == sweep.workdir(root, fig3, fig3_runs[run_id]) == f"{root}/runs/{run_id}")
-  _write_run(tmp_path, FIG2, fig2_runs[run_id], [  # trained once, by Figure 2's sweep
+  assert (sweep.workdir(root, fig2_runs[run_id])
+          == sweep.workdir(root, fig3_runs[run_id]) == f"{root}/runs/{run_id}")
+  _write_run(tmp_path, fig2_runs[run_id], [  # trained once, by Figure 2's sweep
       {"step": I21K_TOTAL, "training_loss": 1.7, "core_hours": 9.0, "i1k/prec@1": 0.45,
        "fewshot/10shot_avg": 0.35}], I21K_CONFIG)
   rows = {r.run_id: r for r in report.collect(fig3, root, sweep.load_figure_spec(fig3))}

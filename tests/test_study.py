@@ -225,6 +225,6 @@ def test_archiving_replaces_an_older_copy_whole_and_leaves_checkpoints_behind(tm
   assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
   assert sorted(p.name for p in target.iterdir()) == ["config.json", "metrics.jsonl"]
   for path in item.sweeps:
-    row = report.collect_run(item.run, sweep_lib.workdir(str(archive), path, item.run),
+    row = report.collect_run(item.run, sweep_lib.sweep_link(str(archive), path, item.run),
                              repro.FIGURE)
     assert (row.status, row.value("test/prec@1")) == ("finished", 0.9)
