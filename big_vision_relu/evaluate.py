@@ -25,6 +25,7 @@ from etils import epath
 from big_vision_relu import checkpoint as ckpt_lib
 from big_vision_relu import config as cfg_lib
 from big_vision_relu import metrics as metrics_lib
+from big_vision_relu import multihost
 from big_vision_relu import train as train_lib
 
 
@@ -69,8 +70,7 @@ def evaluate(config: ml_collections.ConfigDict, checkpoint_dir: str, step: int |
 
 def main(argv: list[str]) -> None:
   del argv
-  train_lib.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes,
-                                   FLAGS.process_id)
+  multihost.initialize_from_flags(FLAGS)
   if bool(FLAGS.workdir) == bool(FLAGS.checkpoint):
     raise app.UsageError("Pass exactly one of --workdir and --checkpoint.")
   if FLAGS.checkpoint:
@@ -97,7 +97,5 @@ if __name__ == "__main__":
   flags.DEFINE_string("checkpoint", None, "A checkpoint step directory to evaluate.")
   flags.DEFINE_bool("write", False, "Append the results to the run's metrics.jsonl and "
                     "TensorBoard events at the checkpoint's step.")
-  flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process).")
-  flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process).")
-  flags.DEFINE_integer("process_id", None, "This process's index (multi-process).")
+  multihost.define_flags()
   app.run(main)

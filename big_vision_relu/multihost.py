@@ -42,7 +42,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
+from absl import flags, logging
 from etils import epath
 
 # A distinct status for "a peer died": launch scripts and sweep loops can tell it from a bug.
@@ -223,6 +223,24 @@ class PeerWatchdog:
       logging.error("%s", message)
     finally:
       os._exit(PEER_LOST_EXIT_CODE)
+
+
+def define_flags() -> None:
+  """Defines the multi-process flags every entry point takes (train, evaluate)."""
+  flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process).")
+  flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process).")
+  flags.DEFINE_integer("process_id", None, "This process's index (multi-process).")
+  flags.DEFINE_bool("multihost", None, "Join a multi-host job (jax.distributed.initialize(), "
+                    "auto-detected): launch/tpu/*.sh pass it on multi-host TPU VMs; "
+                    "--nomultihost never joins. Default: only with --coordinator_address or "
+                    "a multi-host TPU_WORKER_HOSTNAMES.")
+
+
+def initialize_from_flags(values: flags.FlagValues = flags.FLAGS) -> None:
+  """`initialize` with the flags of `define_flags`."""
+  initialize(coordinator_address=values.coordinator_address,
+             num_processes=values.num_processes, process_id=values.process_id,
+             multihost=values.multihost)
 
 
 def initialize(*, coordinator_address: str | None = None, num_processes: int | None = None,

@@ -62,15 +62,6 @@ def make_model(config: ml_collections.ConfigDict) -> vit._Model:  # noqa: SLF001
   return model
 
 
-def initialize_distributed(coordinator_address: str | None, num_processes: int | None,
-                           process_id: int | None, multihost: bool | None = None) -> None:
-  """Joins a multi-process job when multihost.decide_initialize says so (explicit flags,
-  --multihost on a multi-host TPU VM, or a multi-host TPU_WORKER_HOSTNAMES); else nothing."""
-  multihost_lib.initialize(coordinator_address=coordinator_address,
-                           num_processes=num_processes, process_id=process_id,
-                           multihost=multihost)
-
-
 def _tree_l2(tree: Any) -> jax.Array:
   return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32)))
                       for x in jax.tree.leaves(tree)))
@@ -379,8 +370,7 @@ def main(argv: list[str]) -> None:
   if FLAGS.workdir is None:
     raise app.UsageError("--workdir is required.")
   with multihost_lib.SigtermHandler():
-    initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
-                           FLAGS.multihost)
+    multihost_lib.initialize_from_flags(FLAGS)
     with multihost_lib.PeerWatchdog():  # a dead peer: one line, then exit (multi-process only)
       result = train(FLAGS.config, FLAGS.workdir,
                      allow_config_change=FLAGS.allow_config_change)
@@ -396,11 +386,5 @@ if __name__ == "__main__":
   flags.DEFINE_bool("allow_config_change", False,
                     "Continue a workdir whose config.json differs from --config (e.g. more "
                     "steps); without it such a re-run stops before writing anything.")
-  flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process).")
-  flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process).")
-  flags.DEFINE_integer("process_id", None, "This process's index (multi-process).")
-  flags.DEFINE_bool("multihost", None, "Join a multi-host job (jax.distributed.initialize(), "
-                    "auto-detected): launch/tpu/*.sh pass it on multi-host TPU VMs; "
-                    "--nomultihost never joins. Default: only with --coordinator_address or "
-                    "a multi-host TPU_WORKER_HOSTNAMES.")
+  multihost_lib.define_flags()
   app.run(main)

@@ -124,8 +124,9 @@ def test_evaluate_cli_on_a_trained_workdir(offline_data_dir, tmp_path):
       pp_fn=config.input.pp, batch_size=16)})
   logged = train_lib.train(config, str(tmp_path / "run"))
   out = subprocess.run(
+      # --nomultihost: evaluate takes the trainer's multi-process flags (a single host never joins).
       [sys.executable, "-m", "big_vision_relu.evaluate", "--workdir", str(tmp_path / "run"),
-       "--write"], capture_output=True, text=True, cwd=ROOT, timeout=300,
+       "--write", "--nomultihost"], capture_output=True, text=True, cwd=ROOT, timeout=300,
       env={**__import__("os").environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout[out.stdout.index("{"):])
