@@ -121,6 +121,19 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
           *("| " + " | ".join(row) + " |" for row in rows), ""]
 
 
+def _beats(value: float | None, threshold: float | None) -> str:
+  if value is None or threshold is None:
+    return "-"
+  return "yes" if value > threshold else "**no**"
+
+
+def _random_init_transfer(base: Mapping[str, float]) -> float | None:
+  """The mean over seeds of the random network's 10-shot average (None if not computed)."""
+  values = [v for k, v in base.items()
+            if k.startswith("fewshot/random_init/") and k.endswith("/10shot_avg")]
+  return float(np.mean(values)) if values else None
+
+
 def runs_table(results: Sequence[RunResult], baselines: Mapping[int, Mapping[str, float]]
                ) -> list[str]:
   """Every finished run beside its patch's baselines: does it beat the pixel 1-NN and ridge
@@ -130,15 +143,11 @@ def runs_table(results: Sequence[RunResult], baselines: Mapping[int, Mapping[str
     if r.status != "finished":
       continue
     base = baselines.get(r.run.args["patch"], {})
-    random_init = np.mean([v for k, v in base.items() if k.startswith("fewshot/random_init/")
-                           and k.endswith(f"/{TRANSFER.split('/')[1]}")] or [np.nan])
-    beats = lambda value, key: ("-" if value is None or key not in base  # noqa: E731
-                                else "yes" if value > base[key] else "**no**")
-    rows.append((r.run.run_id, _pct(r.accuracy), beats(r.accuracy, "test/pixel_1nn"),
-                 beats(r.accuracy, "test/pixel_ridge"), _pct(r.transfer),
-                 beats(r.transfer, "fewshot/pixels/10shot_avg"),
-                 "-" if r.transfer is None or np.isnan(random_init)
-                 else "yes" if r.transfer > random_init else "**no**",
+    rows.append((r.run.run_id, _pct(r.accuracy),
+                 _beats(r.accuracy, base.get("test/pixel_1nn")),
+                 _beats(r.accuracy, base.get("test/pixel_ridge")), _pct(r.transfer),
+                 _beats(r.transfer, base.get("fewshot/pixels/10shot_avg")),
+                 _beats(r.transfer, _random_init_transfer(base)),
                  f"{r.core_hours:.2f}" if r.core_hours is not None else "-",
                  r.provenance.get("commit", "-")[:7]))
   return _table(("run", "test acc %", "> pixel 1-NN", "> pixel ridge", "10-shot %",
@@ -148,11 +157,11 @@ def runs_table(results: Sequence[RunResult], baselines: Mapping[int, Mapping[str
 def baselines_table(baselines: Mapping[int, Mapping[str, float]]) -> list[str]:
   rows = []
   for patch, base in sorted(baselines.items()):
-    inits = [v for k, v in base.items() if k.startswith("fewshot/random_init/")
-             and k.endswith("/10shot_avg")]
+    seeds = sum(k.startswith("fewshot/random_init/") and k.endswith("/10shot_avg") for k in base)
+    random_init = _random_init_transfer(base)
     rows.append((f"{patch} (L = {(28 // patch) ** 2})", _pct(base.get("test/pixel_1nn")),
                  _pct(base.get("test/pixel_ridge")), _pct(base.get("fewshot/pixels/10shot_avg")),
-                 f"{_pct(float(np.mean(inits)))} ({len(inits)} seeds)" if inits else "-"))
+                 f"{_pct(random_init)} ({seeds} seeds)" if random_init is not None else "-"))
   return _table(("patch", "pixel 1-NN test acc %", "pixel ridge test acc %",
                  "10-shot: raw pixels %", "10-shot: random init network %"), rows)
 
