@@ -3,7 +3,7 @@ r"""End-to-end training throughput per core of study runs, as a run pays it: inp
     taskset -c 0 python benchmarks/study_throughput.py \
         --configs 'configs/repro/mnist_vit.py:size=S,patch=2;configs/study/fmnist_vit.py:patch=2'
 
-For each config (`;`-separated `file.py:args`), the trainer's own pieces (`train.setup`: the
+For each config (`;`-separated `file.py:args`), the trainer's own pieces (`run.setup`: the
 jitted update step with the config's XLA options; its tf.data input pipeline; its evaluators)
 run in this process, the configs taking turns round by round so that the machine's load hits
 them alike. A round times `--steps` training steps (next host batch, global batch, update) and
@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from big_vision_relu import sweep
-from big_vision_relu import train as train_lib
+from big_vision_relu import run as run_lib
 from big_vision_relu.data import input_pipeline
 
 import common
@@ -38,13 +38,13 @@ class Subject:
   def __init__(self, config_arg: str):
     self.name = config_arg
     self.config = config = sweep.load_config_file(config_arg)
-    self.run = run = train_lib.setup(config)
+    self.run = run = run_lib.setup(config)
     self.batch_size = config.input.batch_size
     self.total_steps = run.steps["total"]
     with jax.set_mesh(run.mesh):
       self.state = jax.jit(run.init_state, out_shardings=run.state_shardings)(
           jax.random.PRNGKey(0))
-      self.evaluators = train_lib.make_evaluators(config, run)
+      self.evaluators = run_lib.make_evaluators(config, run)
     self.calls = {e.name: sum(e.due(s) for s in range(1, self.total_steps + 1))
                   for e in self.evaluators}
     self.batches = input_pipeline.training_batches(
@@ -58,7 +58,7 @@ class Subject:
       for _ in range(steps):
         host = next(self.batches)
         batch = input_pipeline.make_global_batch(
-            {k: host[k] for k in ("image", "labels")}, self.run.mesh, train_lib.DATA_AXIS)
+            {k: host[k] for k in ("image", "labels")}, self.run.mesh, run_lib.DATA_AXIS)
         self.state, metrics = self.run.update(self.state, batch)
       jax.block_until_ready(metrics)
     return (time.process_time() - start) / steps

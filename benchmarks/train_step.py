@@ -5,7 +5,7 @@ r"""Full training-step throughput and model FLOP utilisation, softmax vs relu/L 
         --channels 1 --models 'size=S,patch=4;size=S,patch=2' --attentions softmax,relu,relu2 \
         --gated --batch 32
 
-The step is the trainer's own (`train.make_update_fn`: forward, backward, the recipe's optimizer
+The step is the trainer's own (`run.make_update_fn`: forward, backward, the recipe's optimizer
 with clipping and decoupled weight decay), on random images, for `--config` (default the
 paper's ImageNet-21k recipe `configs/vit_i21k.py`: 224 px, GAP head of 21,843 classes,
 qk-layernorm) with each of `--models` (config arguments, ';'-separated) and `--attentions`.
@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from big_vision_relu import cost, optim, sweep
-from big_vision_relu import train as train_lib
+from big_vision_relu import run as run_lib
 
 import common
 
@@ -62,17 +62,17 @@ def recipe_config(config_path: str, model_args: str, attention: str, gated: bool
 def make_step(config, batch_size: int, image_size: int, channels: int,
               compiler_options: dict[str, str] | None = None):
   """(compiled trainer update step, its (state, batch) arguments); `compiler_options`: XLA's."""
-  model = train_lib.make_model(config)
+  model = run_lib.make_model(config)
   images = jax.random.normal(jax.random.PRNGKey(0),
                              (batch_size, image_size, image_size, channels))
   labels = jax.nn.one_hot(jnp.arange(batch_size) % config.num_classes, config.num_classes)
   params = jax.jit(model.init)(jax.random.PRNGKey(1), images[:1])["params"]
   tx, _ = optim.make_optimizer(config, params, total_steps=100_000)
-  # The trainer's state layout (train.setup's init_state).
+  # The trainer's state layout (run.setup's init_state).
   state = dict(params=params, opt_state=jax.jit(tx.init)(params), step=jnp.zeros((), jnp.int32),
                rng=jax.random.PRNGKey(2), nonfinite_step=jnp.full((), -1, jnp.int32))
   batch = dict(image=images, labels=labels)
-  compiled = common.compile_fn(train_lib.make_update_fn(model, tx, config), state, batch,
+  compiled = common.compile_fn(run_lib.make_update_fn(model, tx, config), state, batch,
                                compiler_options=compiler_options)
   return compiled, (state, batch)
 

@@ -31,7 +31,7 @@ import numpy as np
 from sklearn.linear_model import RidgeClassifier
 from sklearn.neighbors import KNeighborsClassifier
 
-from big_vision_relu import train as train_lib
+from big_vision_relu import run as run_lib
 from big_vision_relu.evaluators import registry
 from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator, embed_split
 
@@ -60,8 +60,8 @@ def pixel_classifiers(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarr
 def compute(config: ml_collections.ConfigDict, seeds: Sequence[int],
             pixel_pp: str = PIXEL_PP) -> dict[str, float]:
   """Every baseline of the module docstring for `config` (a training config)."""
-  run = train_lib.setup(config)
-  mesh, axis = run.mesh, train_lib.DATA_AXIS
+  run = run_lib.setup(config)
+  mesh, axis = run.mesh, run_lib.DATA_AXIS
   batch_size = max(cfg.get("batch_size", 256) for cfg in config.evals.values())
   results: dict[str, float] = {}
   with jax.set_mesh(mesh):

@@ -106,9 +106,9 @@ def load_run(workdir: str | epath.PathLike, step: int | None = None) -> Run:
   # and orbax (checkpoint) is a slow import needed only here.
   from big_vision_relu import checkpoint as checkpoint_lib
   from big_vision_relu import evaluate as evaluate_lib
-  from big_vision_relu import train as train_lib
+  from big_vision_relu import run as run_lib
   config = evaluate_lib.load_run_config(str(workdir))
-  model = train_lib.make_model(config)
+  model = run_lib.make_model(config)
   steps = checkpoint_steps(workdir)
   if step is not None and step not in steps:
     raise FileNotFoundError(f"No checkpoint step {step} in {workdir}/checkpoints; steps: "

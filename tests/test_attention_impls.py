@@ -14,6 +14,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from big_vision_relu import sharding
+from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 from big_vision_relu.models import attention as attn
 from big_vision_relu.models import vit
@@ -135,19 +136,19 @@ def test_vit_trained_in_the_trainer_step_with_each_impl_matches_dense(offline_da
   'data' of a data 2 x seq 4 mesh) with each implementation; ViT width 16, depth 1, 17 tokens."""
   config = tiny_config(offline_data_dir, mesh=MESH_AXES)
   config.model = ml_collections.ConfigDict(dict(config.model, pool_type="tok"))
-  run = train_lib.setup(config)
+  run = run_lib.setup(config)
   state0 = jit(run.init_state, out_shardings=run.state_shardings)(jax.random.PRNGKey(0))
   batch = jax.device_put(
       dict(image=jax.random.normal(jax.random.PRNGKey(1), (16, 28, 28, 1)),
            labels=jax.nn.one_hot(jnp.arange(16) % 10, 10)),
-      NamedSharding(run.mesh, P(train_lib.DATA_AXIS)))
+      NamedSharding(run.mesh, P(run_lib.DATA_AXIS)))
   impls = {"dense": {}, "chunked": dict(attention_block_size=16),
            "seq_parallel": dict(mesh=MESH_AXES, attention_block_size=8),
            "pallas": dict(attention_block_size=16)}
   trained = {}
   for impl, kw in impls.items():
     model = vit.Model(config.num_classes, **config.model, attention_impl=impl, **kw)
-    update = jit(train_lib.make_update_fn(model, run.tx, config),
+    update = jit(run_lib.make_update_fn(model, run.tx, config),
                      in_shardings=(run.state_shardings, None),
                      out_shardings=(run.state_shardings, None))
     state, losses = state0, []
@@ -177,4 +178,4 @@ def test_trainer_runs_seq_parallel_from_config_mesh_alone(offline_data_dir, tmp_
     np.testing.assert_allclose(results["seq_parallel"][key], results["dense"][key], rtol=1e-5)
   config.mesh = [("data", -1)]
   with pytest.raises(ValueError, match="lacks; use e.g. config.mesh="):
-    train_lib.setup(config)
+    run_lib.setup(config)

@@ -12,6 +12,7 @@ from ml_collections import config_flags
 
 from big_vision_relu import config as cfg_lib
 from big_vision_relu import sweep
+from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 
 from conftest import ROOT, load_config_module
@@ -35,7 +36,7 @@ CONFIG_ARGS = [
 def test_config_validates_and_builds_its_model(path, arg):
   config = load_config_module(path).get_config(arg)
   cfg_lib.validate_train_config(config)
-  model = train_lib.make_model(config)
+  model = run_lib.make_model(config)
   size = 28 if "/local/" in path or "/repro/" in path or (arg and "runlocal" in arg) else 224
   channels = 1 if size == 28 else 3
   params = jax.eval_shape(model.init, jax.random.PRNGKey(0),
@@ -62,7 +63,7 @@ def test_config_arguments_reach_the_model():
 ])
 def test_step_counts_follow_the_recipe(path, examples, expected_steps):
   config = load_config_module(path).get_config(None)
-  steps = train_lib._resolve_durations(config, examples / config.input.batch_size)  # noqa: SLF001
+  steps = run_lib.resolve_durations(config, examples / config.input.batch_size)  # noqa: SLF001
   assert steps["total"] == expected_steps
   assert config.schedule.warmup_steps == 10_000 and config.input.batch_size == 4096
 
@@ -76,7 +77,7 @@ def test_sweeps_expand_to_the_papers_runs(figure, count, monkeypatch):
   for run in runs:  # every run's config argument is a valid config with a valid model
     config = sweep.load_config(run)
     cfg_lib.validate_train_config(config)
-    train_lib.make_model(config)
+    run_lib.make_model(config)
 
 
 @pytest.mark.parametrize("figure,count", [("fig1", 18), ("fig2", 174), ("fig3", 64),

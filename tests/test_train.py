@@ -22,6 +22,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from big_vision_relu import multihost
+from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 from big_vision_relu import workdir_config
 
@@ -121,7 +122,7 @@ def test_data_parallel_and_fsdp_on_8_devices_equal_one_device(offline_data_dir, 
 
 def test_fsdp_really_shards_the_params(offline_data_dir, tmp_path):
   config = tiny_config(offline_data_dir, sharding_strategy=[(".*", 'fsdp(axis="data")')])
-  model = train_lib.make_model(config)
+  model = run_lib.make_model(config)
   from big_vision_relu import sharding
   mesh = sharding.make_mesh([("data", -1)])
   abstract = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 1)))
@@ -275,7 +276,7 @@ def test_xla_compiler_options_reach_the_training_step(offline_data_dir):
                labels=jax.ShapeDtypeStruct((16, 10), jnp.float32))
 
   def compiled_step(**overrides):
-    run = train_lib.setup(tiny_config(offline_data_dir, **overrides))
+    run = run_lib.setup(tiny_config(offline_data_dir, **overrides))
     with jax.set_mesh(run.mesh):
       return run.update.lower(run.target, batch).compile().as_text()
 

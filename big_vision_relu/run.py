@@ -1,0 +1,212 @@
+"""The run layer: a config -> its model, mesh, optimizer, state, training step and evaluators.
+
+What `train`, `evaluate`, `inspect` and the experiment tooling all need, built one way:
+`setup(config)` validates the config and returns a `Setup` (nothing touches a checkpoint or a
+workdir here); `make_update_fn` is the training step, the one function a reader needs for
+what a step does; `make_evaluators` builds the config's evaluators for a `Setup`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import big_vision_relu  # noqa: F401  (quiets TensorFlow before it is imported)
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from big_vision_relu import checkpoint as ckpt_lib
+from big_vision_relu import config as cfg_lib
+from big_vision_relu import optim
+from big_vision_relu import sharding
+from big_vision_relu.data import datasets
+from big_vision_relu.data import input_pipeline
+from big_vision_relu.data.mixup import mixup
+from big_vision_relu.evaluators import registry as evaluators
+from big_vision_relu.evaluators.classification import per_example_loss
+from big_vision_relu.models import vit
+
+DATA_AXIS = "data"
+
+
+def make_model(config: ml_collections.ConfigDict) -> vit._Model:  # noqa: SLF001
+  """The ViT of `config.model` (its keywords) with `config.num_classes` outputs."""
+  try:
+    model = vit.Model(config.get("num_classes"), **config.model)
+  except TypeError as e:
+    options = [f.name for f in dataclasses.fields(vit._Model)  # noqa: SLF001
+               if f.name not in ("parent", "name", "num_classes")]
+    raise ValueError(f"Bad config.model: {e}. Valid options: variant, "
+                     f"{', '.join(options)}.") from None
+  model.validate()
+  return model
+
+
+def _tree_l2(tree: Any) -> jax.Array:
+  return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32)))
+                      for x in jax.tree.leaves(tree)))
+
+
+def make_update_fn(model: vit._Model, tx: optax.GradientTransformation,  # noqa: SLF001
+                   config: ml_collections.ConfigDict) -> Callable[..., tuple[dict, dict]]:
+  """The training step `update(state, batch) -> (state, metrics)`, to be jitted.
+
+  state: {params, opt_state, step, rng, nonfinite_step}; batch: {image [b, h, w, c],
+  labels [b, classes]}. `nonfinite_step` records the first step whose loss or gradients were
+  not finite (-1: none), so the host can stop before checkpointing broken parameters without
+  syncing on every step.
+  """
+  loss_name = config.get("loss", "sigmoid_xent")
+  mixup_cfg = config.get("mixup")
+
+  def update(state, batch):
+    step_rng = jax.random.fold_in(state["rng"], state["step"])
+    mixup_rng, dropout_rng = jax.random.split(step_rng)
+    images, labels = batch["image"], batch["labels"]
+    if mixup_cfg and mixup_cfg.get("p"):
+      images, labels = mixup(mixup_rng, (images, labels), p=mixup_cfg["p"],
+                             fold_in=mixup_cfg.get("fold_in"))
+
+    def loss_fn(params):
+      logits, _ = model.apply({"params": params}, images, train=True,
+                              rngs={"dropout": dropout_rng})
+      return jnp.mean(per_example_loss(logits, labels, loss_name))
+
+    loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    l2_grads = _tree_l2(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(l2_grads)
+    step = state["step"] + 1
+    nonfinite_step = jnp.where((state["nonfinite_step"] < 0) & ~finite, step,
+                               state["nonfinite_step"])
+    new_state = dict(params=params, opt_state=opt_state, step=step, rng=state["rng"],
+                     nonfinite_step=nonfinite_step)
+    metrics = {"training_loss": loss, "l2_grads": l2_grads, "l2_params": _tree_l2(params),
+               "l2_updates": _tree_l2(updates)}
+    return new_state, metrics
+
+  return update
+
+
+def resolve_durations(config: ml_collections.ConfigDict,
+                       steps_per_epoch: float) -> dict[str, int]:
+  kw = dict(steps_per_epoch=steps_per_epoch, batch_size=config.input.batch_size)
+  total = cfg_lib.get_steps(config, "total", total_steps=None, required=True, **kw)
+  log = cfg_lib.get_steps(config, "log_training", total_steps=total, **kw) or 50
+  ckpt = cfg_lib.get_steps(config, "ckpt", total_steps=total, **kw) or total
+  return dict(total=total, log=log, ckpt=ckpt)
+
+
+def check_nonfinite(state: Mapping[str, Any], ckpt: ckpt_lib.Checkpointer) -> None:
+  bad = int(jax.device_get(state["nonfinite_step"]))
+  if bad >= 0:
+    good = ckpt.latest_step()
+    raise FloatingPointError(
+        f"Non-finite loss or gradients at step {bad}. Training stopped; the last good "
+        f"checkpoint is {'step ' + str(good) if good is not None else 'none'} and was not "
+        "touched. Lower config.lr, enable grad_clip_norm or qk_norm, or check the data.")
+
+
+@dataclasses.dataclass
+class Setup:
+  """Everything a run derives from its config before touching a checkpoint."""
+  model: vit._Model  # noqa: SLF001
+  mesh: jax.sharding.Mesh
+  steps: dict[str, int]  # total, log, ckpt
+  steps_per_epoch: float
+  tx: optax.GradientTransformation
+  schedules: dict[str, Callable[[int], jax.Array]]
+  init_state: Callable[[jax.Array], dict[str, Any]]  # rng -> state
+  state_shardings: Any
+  target: Any  # abstract state with shardings: what checkpoints restore into
+  update: Callable[..., tuple[dict, dict]]  # the jitted make_update_fn; donates the state
+
+
+def setup(config: ml_collections.ConfigDict,
+          devices: Sequence[jax.Device] | None = None) -> Setup:
+  """Validates `config` and builds the model, mesh, optimizer and (abstract) state."""
+  config = cfg_lib.without_unset(config)
+  cfg_lib.validate_train_config(config)
+  # Every missing dataset in one message, before any is opened (a paper config reads 11).
+  datasets.check_prepared(datasets.required_datasets(config))
+  mesh = sharding.make_mesh(config.get("mesh", [(DATA_AXIS, -1)]), devices)
+  if DATA_AXIS not in mesh.shape:
+    raise ValueError(f"config.mesh needs a {DATA_AXIS!r} axis for the batch; got {config.mesh}.")
+  batch_size = config.input.batch_size
+  if batch_size % mesh.shape[DATA_AXIS]:
+    raise ValueError(f"input.batch_size={batch_size} is not divisible by the {DATA_AXIS!r} "
+                     f"mesh axis ({mesh.shape[DATA_AXIS]} devices); pick a multiple.")
+  input_pipeline.host_batch_size(batch_size, jax.process_count())
+  model = make_model(config)
+  if (model.attention_impl == "seq_parallel" and model.mesh is None
+      and model.seq_axis not in mesh.axis_names):
+    raise ValueError(f"attention_impl='seq_parallel' splits the sequence over the mesh axis "
+                     f"{model.seq_axis!r}, which config.mesh={config.get('mesh')} lacks; use e.g. "
+                     f"config.mesh=[('data', 2), ('{model.seq_axis}', 4)].")
+  steps_per_epoch = datasets.num_examples(config.input.data) / batch_size
+  steps = resolve_durations(config, steps_per_epoch)
+
+  # The shapes of the images come from the pp; one example of the stream gives them.
+  probe = input_pipeline.training_batches(
+      config.input.data, config.input.pp, batch_size, seed=config.seed, start_step=0,
+      process_index=jax.process_index(), process_count=jax.process_count(), prefetch=1)
+  dummy_images = jnp.zeros((1, *next(probe)["image"].shape[1:]), jnp.float32)
+  probe.close()
+
+  def init_params(rng):
+    params = model.init(rng, dummy_images)["params"]
+    if config.get("init_head_bias") is not None and "head" in params:
+      params["head"]["bias"] = jnp.full_like(params["head"]["bias"], config.init_head_bias)
+    return params
+
+  # The trainer's mesh is the context mesh wherever the model is traced (here, in `train` and in
+  # `evaluate`), so attention_impl='seq_parallel' finds its sequence axis in config.mesh.
+  with jax.set_mesh(mesh):
+    abstract_params = jax.eval_shape(init_params, jax.random.PRNGKey(0))
+  tx, schedules = optim.make_optimizer(config, abstract_params, steps["total"])
+
+  def init_state(rng):
+    params_rng, train_rng = jax.random.split(rng)
+    params = init_params(params_rng)
+    return dict(params=params, opt_state=tx.init(params), step=jnp.zeros((), jnp.int32),
+                rng=train_rng, nonfinite_step=jnp.full((), -1, jnp.int32))
+
+  strategy = config.get("sharding_strategy", [(".*", "replicate")])
+  with jax.set_mesh(mesh):
+    abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(0))
+  state_shardings = sharding.tree_shardings(abstract_state, strategy, mesh)
+  target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                        abstract_state, state_shardings)
+  compiler_options = _checked_compiler_options(config)
+  update = jax.jit(make_update_fn(model, tx, config), in_shardings=(state_shardings, None),
+                   out_shardings=(state_shardings, None), donate_argnums=(0,),
+                   compiler_options=compiler_options)
+  return Setup(model=model, mesh=mesh, steps=steps, steps_per_epoch=steps_per_epoch, tx=tx,
+               schedules=schedules, init_state=init_state, state_shardings=state_shardings,
+               target=target, update=update)
+
+
+def _checked_compiler_options(config: ml_collections.ConfigDict) -> dict[str, Any] | None:
+  """config.xla_compiler_options (XLA debug options for the training step's compilation, e.g.
+  {'xla_cpu_experimental_ynn_fusion_type': ''}: docs/benchmarks.md), tried on a tiny function
+  now so that a misspelt name or a bad value fails before the run starts, not at step 1."""
+  options = dict(config.get("xla_compiler_options") or {})
+  if not options:
+    return None
+  try:
+    jax.jit(lambda x: x + 1, compiler_options=options).lower(jnp.zeros(())).compile()
+  except jax.errors.JaxRuntimeError as error:
+    raise ValueError(f"XLA ({jax.default_backend()}) rejects config.xla_compiler_options="
+                     f"{options}: {error}") from error
+  return options
+
+
+def make_evaluators(config: ml_collections.ConfigDict, run: Setup) -> list:
+  return evaluators.from_config(
+      config.get("evals", {}), model=run.model, mesh=run.mesh, data_axis=DATA_AXIS,
+      total_steps=run.steps["total"], steps_per_epoch=run.steps_per_epoch,
+      train_batch_size=config.input.batch_size,
+      default_loss=config.get("loss", "sigmoid_xent"))
