@@ -23,6 +23,7 @@ import numpy as np
 from absl import app, flags
 
 from big_vision_relu import fmnist, report, study
+from big_vision_relu import metrics as metrics_lib
 from big_vision_relu import sweep as sweep_lib
 
 matplotlib.use("Agg")
@@ -64,7 +65,7 @@ def load_run(archive: pathlib.Path, run: sweep_lib.Run) -> RunResult:
   row = report.collect_run(run, directory)
   records: dict[int, dict[str, Any]] = {}
   if (directory / "metrics.jsonl").exists():
-    records = report.parse_metrics((directory / "metrics.jsonl").read_text().splitlines())
+    records = metrics_lib.read_metrics(directory)
   curve = {s: r[ACCURACY] for s, r in sorted(records.items()) if s > 1 and ACCURACY in r}
   values = report.last_values({s: r for s, r in records.items() if s > 1},
                               (TRANSFER, "core_hours"))

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +51,7 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
+from big_vision_relu import metrics as metrics_lib
 from big_vision_relu.models import vit
 
 Array = Any  # np.ndarray or jax.Array: the row statistics run on either
@@ -150,20 +150,11 @@ def load_npz(path: str, model_config: Mapping[str, Any], num_classes: int | None
 
 
 def read_metrics(workdir: str | epath.PathLike) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """`<workdir>/metrics.jsonl` as {metric: (steps [m] int, values [m] float)}, by step.
-
-  Lines of the same step are merged, later values winning (a resumed run logs the steps after
-  its checkpoint again; the later line is the surviving run's).
-  """
-  by_step: dict[int, dict[str, float]] = {}
-  path = epath.Path(workdir) / "metrics.jsonl"
-  for line in path.read_text().splitlines():
-    if line.strip():
-      record = json.loads(line)
-      by_step.setdefault(int(record.pop("step")), {}).update(record)
+  """`<workdir>/metrics.jsonl` as {metric: (steps [m] int, values [m] float)}, by step (read by
+  `metrics.read_metrics`, which keeps the surviving run's lines of a resumed run)."""
   series: dict[str, tuple[list[int], list[float]]] = {}
-  for step in sorted(by_step):
-    for name, value in by_step[step].items():
+  for step, record in metrics_lib.read_metrics(workdir).items():
+    for name, value in record.items():
       steps, values = series.setdefault(name, ([], []))
       steps.append(step)
       values.append(float(value))

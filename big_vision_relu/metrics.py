@@ -27,11 +27,12 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import jax
 import numpy as np
+from absl import logging
 from clu import metric_writers
 from etils import epath
 
@@ -120,6 +121,40 @@ class MetricWriter:
 
   def __exit__(self, *exc: object) -> None:
     self.close()
+
+
+def parse_metrics(lines: Iterable[str], name: str = JSONL_NAME) -> dict[int, dict[str, Any]]:
+  """{step: {metric: value}} from metrics.jsonl lines, in increasing step order.
+
+  The one reader of metrics.jsonl. A line for step s drops the records of steps > s (a resumed
+  run logs the steps after its checkpoint again and supersedes them) and then updates record s,
+  so a step's later line wins. Unparseable lines (a write cut off by preemption) are skipped
+  with a warning.
+  """
+  records: dict[int, dict[str, Any]] = {}
+  max_step = -1
+  for number, line in enumerate(lines, 1):
+    line = line.strip()
+    if not line:
+      continue
+    try:
+      record = json.loads(line)
+      step = int(record.pop("step"))
+    except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+      logging.warning("%s:%d: skipping an unparseable line: %.80s", name, number, line)
+      continue
+    if step < max_step:
+      for stale in [s for s in records if s > step]:
+        del records[stale]
+    max_step = step
+    records.setdefault(step, {}).update(record)
+  return dict(sorted(records.items()))
+
+
+def read_metrics(workdir: str | epath.PathLike) -> dict[int, dict[str, Any]]:
+  """`<workdir>/metrics.jsonl` as {step: {metric: value}} (`parse_metrics`)."""
+  path = epath.Path(workdir) / JSONL_NAME
+  return parse_metrics(path.read_text().splitlines(), name=str(path))
 
 
 def tensorcores_per_device(device_kind: str) -> int:

@@ -102,6 +102,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from big_vision_relu import config as cfg_lib
+from big_vision_relu import metrics as metrics_lib
 from big_vision_relu import recipes
 from big_vision_relu import sweep as sweep_lib
 
@@ -138,32 +139,6 @@ class Row:
   def value(self, metric: str) -> float | None:
     """The last logged value of `metric`, None if never logged (or the run is missing)."""
     return self.metrics.get(metric)
-
-
-def parse_metrics(lines: Iterable[str], name: str = "metrics.jsonl") -> dict[int, dict[str, Any]]:
-  """{step: {metric: value}} from metrics.jsonl lines, in increasing step order.
-
-  A line for step s drops the records of steps > s (a resumed run superseded them) and then
-  updates record s, so a step's later line wins. Unparseable lines are skipped with a warning.
-  """
-  records: dict[int, dict[str, Any]] = {}
-  max_step = -1
-  for number, line in enumerate(lines, 1):
-    line = line.strip()
-    if not line:
-      continue
-    try:
-      record = json.loads(line)
-      step = int(record.pop("step"))
-    except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
-      logging.warning("%s:%d: skipping an unparseable line: %.80s", name, number, line)
-      continue
-    if step < max_step:
-      for stale in [s for s in records if s > step]:
-        del records[stale]
-    max_step = step
-    records.setdefault(step, {}).update(record)
-  return records
 
 
 def last_values(records: Mapping[int, Mapping[str, Any]],
@@ -231,7 +206,7 @@ def collect_run(run: sweep_lib.Run, workdir: str | epath.Path,
     text = jsonl.read_text()
   except FileNotFoundError:
     text = ""
-  records = parse_metrics(text.splitlines(), name=str(jsonl))
+  records = metrics_lib.parse_metrics(text.splitlines(), name=str(jsonl))
   step = max(records) if records else None
   total = total_steps(config)
   if (workdir / DIVERGED_FILE).exists():  # its last values are no result: none are kept

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
+from big_vision_relu import metrics as metrics_lib
 from big_vision_relu import report, sweep
 
 FIG1 = str(ROOT / "configs/paper/fig1.py")
@@ -89,7 +90,7 @@ def test_parse_metrics_replays_resumes_and_later_lines_win():
       {"step": 30, "training_loss": 1.6},
       {"step": 30, "i1k/prec@1": 0.31},  # a second line for the same step is merged
   ]] + ['{"step": 4']  # a half-written last line
-  records = report.parse_metrics(lines)
+  records = metrics_lib.parse_metrics(lines)
   assert records == {10: {"training_loss": 3.0}, 20: {"training_loss": 2.0},
                      30: {"training_loss": 1.6, "i1k/prec@1": 0.31}}
   assert report.last_values({10: {"a": 1.0, "b": 5.0}, 20: {"a": 2.0}}, ("a", "b", "c")) == {
