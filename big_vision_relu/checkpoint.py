@@ -1,36 +1,36 @@
-"""Training-state checkpoints: a thin wrapper over orbax's ``CheckpointManager``.
+"""Training-state checkpoints: a thin wrapper over orbax's `CheckpointManager`.
 
-What orbax provides (and this module only configures): asynchronous saving (``save`` returns
+What orbax provides (and this module only configures): asynchronous saving (`save` returns
 once the arrays are copied off the devices, so the caller may donate them to the next step;
 files are written in a background thread), atomic step directories (a step appears only
 once fully written: tmp-dir rename locally, a commit marker on GCS), sharded
-``jax.Array``s written and read per shard by each process, and the save/keep policies.
+`jax.Array`s written and read per shard by each process, and the save/keep policies.
 
-Layout: ``<directory>/<step>/{state,extra}``: ``state`` is any pytree of arrays (params,
-optimizer state, step, PRNG keys; bfloat16 and typed keys round-trip exactly), ``extra`` a
+Layout: `<directory>/<step>/{state,extra}`: `state` is any pytree of arrays (params,
+optimizer state, step, PRNG keys; bfloat16 and typed keys round-trip exactly), `extra` a
 small JSON dict (e.g. the data position or cumulative core hours).
 
 Policies:
 
-- save when ``step % save_interval_steps == 0``, or when ``force=True`` (the trainer forces
+- save when `step % save_interval_steps == 0`, or when `force=True` (the trainer forces
   the step at which every process agreed on a preemption notice: see multihost.py; orbax's
   own preemption policy is not used, as it relies on JAX's C++ SIGTERM handler, which the
   trainer's Python handler replaces);
-- keep the newest ``keep_last`` steps, plus every step that is a multiple of
-  ``keep_every_steps`` (big_vision's ``keep_ckpt_steps``), which is never deleted.
+- keep the newest `keep_last` steps, plus every step that is a multiple of
+  `keep_every_steps` (big_vision's `keep_ckpt_steps`), which is never deleted.
 
-:meth:`Checkpointer.restore_latest` skips a newest checkpoint that cannot be read (truncated
+`Checkpointer.restore_latest` skips a newest checkpoint that cannot be read (truncated
 or missing files): it logs a warning naming it, restores the previous one, and then moves the
-unreadable step directory aside to ``<step>.corrupt-<unix time>`` (orbax ignores that name),
+unreadable step directory aside to `<step>.corrupt-<unix time>` (orbax ignores that name),
 so training can save that step again. Nothing is moved unless an older step restored, and
 nothing is ever deleted by this fallback.
 
-Multi-host: every process must call :meth:`~Checkpointer.save`,
-:meth:`~Checkpointer.restore`, :meth:`~Checkpointer.restore_latest`,
-:meth:`~Checkpointer.wait_until_finished` and :meth:`~Checkpointer.close` in the same order
+Multi-host: every process must call `Checkpointer.save`,
+`Checkpointer.restore`, `Checkpointer.restore_latest`,
+`Checkpointer.wait_until_finished` and `Checkpointer.close` in the same order
 with the same steps (orbax synchronises the processes inside them; process 0 writes the
 metadata and finalises the step; each process writes its own shards). All processes must see
-the same directory (e.g. a ``gs://`` path). Limitation: if only SOME processes fail to read
+the same directory (e.g. a `gs://` path). Limitation: if only SOME processes fail to read
 their shards of a checkpoint, orbax's post-restore barrier times out with an error instead of
 falling back, because the processes no longer agree.
 """
@@ -62,7 +62,7 @@ class Restored(NamedTuple):
 
 
 class Checkpointer:
-  """Saves and restores ``(state, extra)`` per step in ``directory`` with orbax."""
+  """Saves and restores `(state, extra)` per step in `directory` with orbax."""
 
   def __init__(
     self,
@@ -76,12 +76,12 @@ class Checkpointer:
     """Opens (and creates) the checkpoint directory.
 
     Args:
-      directory: where step directories live, local or ``gs://``; the same on all hosts.
-      save_interval_steps: ``save`` writes when ``step % save_interval_steps == 0``.
+      directory: where step directories live, local or `gs://`; the same on all hosts.
+      save_interval_steps: `save` writes when `step % save_interval_steps == 0`.
       keep_last: how many newest checkpoints to keep (>= 1; 2+ leaves a fallback when
         the newest is damaged).
       keep_every_steps: if set, steps that are multiples of it are never deleted.
-      async_save: write in a background thread (orbax's default); False blocks in ``save``.
+      async_save: write in a background thread (orbax's default); False blocks in `save`.
     """
     if save_interval_steps < 1:
       raise ValueError(f"save_interval_steps={save_interval_steps} must be >= 1")
@@ -120,7 +120,7 @@ class Checkpointer:
     return self._manager.latest_step()
 
   def should_save(self, step: int) -> bool:
-    """Whether ``save(step, ...)`` without ``force`` would write."""
+    """Whether `save(step, ...)` without `force` would write."""
     return self._manager.should_save(step)
 
   def save(
@@ -131,7 +131,7 @@ class Checkpointer:
     *,
     force: bool = False,
   ) -> bool:
-    """Saves ``state`` and ``extra`` at ``step`` if due (or ``force``); call every step.
+    """Saves `state` and `extra` at `step` if due (or `force`); call every step.
 
     Returns whether a save started. A step that is already on disk is not rewritten
     (returns False), so forcing the final step after an interval save is harmless.
@@ -151,10 +151,10 @@ class Checkpointer:
     )
 
   def restore(self, step: int, target: Any) -> Restored:
-    """Restores ``step`` into the structure, dtypes and shardings of ``target``.
+    """Restores `step` into the structure, dtypes and shardings of `target`.
 
-    ``target`` is a pytree of ``jax.ShapeDtypeStruct`` (with ``sharding``) or arrays, e.g.
-    ``jax.eval_shape`` of the jitted, sharded init. Raises orbax's error if unreadable.
+    `target` is a pytree of `jax.ShapeDtypeStruct` (with `sharding`) or arrays, e.g.
+    `jax.eval_shape` of the jitted, sharded init. Raises orbax's error if unreadable.
     """
     restored = self._manager.restore(
       step,
@@ -226,10 +226,10 @@ class Checkpointer:
 
 
 def read_state(step_dir: epath.PathLike, sharding: jax.sharding.Sharding) -> Any:
-  """The ``state`` saved in one step directory ``<directory>/<step>``, read-only.
+  """The `state` saved in one step directory `<directory>/<step>`, read-only.
 
-  For tools that inspect a checkpoint without the trainer's set-up (``big_vision_relu.inspect``):
-  the target is the checkpoint's own tree, every array placed with ``sharding``, so neither
+  For tools that inspect a checkpoint without the trainer's set-up (`big_vision_relu.inspect`):
+  the target is the checkpoint's own tree, every array placed with `sharding`, so neither
   the model nor the optimizer is needed, whatever mesh wrote it. Raises ValueError or OSError
   if the step cannot be read; nothing on disk is changed.
   """

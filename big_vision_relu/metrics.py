@@ -1,22 +1,22 @@
 """Metric writing and progress accounting for the trainer.
 
-:class:`MetricWriter` writes, on process 0 only, every scalar to
+`MetricWriter` writes, on process 0 only, every scalar to
 
-- TensorBoard event files in the workdir (clu's ``SummaryWriter``, asynchronous), also echoed
-  to the log by clu's ``LoggingWriter``;
-- ``<workdir>/metrics.jsonl``: one JSON object per logged step, ``{"step": s, name: value,
-  ...}`` with every scalar written at that step. Writes for the same step are merged: the
-  line is held back until a write for another step, :meth:`~MetricWriter.flush` or
-  :meth:`~MetricWriter.close`. So write all of a step's metrics (train, evals) before
+- TensorBoard event files in the workdir (clu's `SummaryWriter`, asynchronous), also echoed
+  to the log by clu's `LoggingWriter`;
+- `<workdir>/metrics.jsonl`: one JSON object per logged step, `{"step": s, name: value,
+  ...}` with every scalar written at that step. Writes for the same step are merged: the
+  line is held back until a write for another step, `MetricWriter.flush` or
+  `MetricWriter.close`. So write all of a step's metrics (train, evals) before
   flushing; a write for an already-flushed step starts a second line for it.
 
 Other processes write nothing. On resume, steps between the restored checkpoint and the
-preemption are logged again, so ``metrics.jsonl`` may hold two lines for such a step: the
-later line is the one of the surviving run. Non-finite values are written as ``NaN`` /
-``Infinity`` (Python's ``json`` reads them back).
+preemption are logged again, so `metrics.jsonl` may hold two lines for such a step: the
+later line is the one of the surviving run. Non-finite values are written as `NaN` /
+`Infinity` (Python's `json` reads them back).
 
-:class:`Progress` measures ``img/sec/core`` (examples per second per device, excluding
-time spent in :meth:`Progress.paused` blocks such as evals) and ``core_hours`` (devices x
+`Progress` measures `img/sec/core` (examples per second per device, excluding
+time spent in `Progress.paused` blocks such as evals) and `core_hours` (devices x
 wall-clock hours on accelerators, the process's CPU time on the CPU backend; cumulative over
 restarts: pass the checkpointed value back in), and formats the console line with the ETA.
 """
@@ -48,7 +48,7 @@ def _to_python_scalar(name: str, value: Any) -> int | float | bool:
 
 
 class MetricWriter:
-  """TensorBoard + ``metrics.jsonl`` writer that is active on process 0 only."""
+  """TensorBoard + `metrics.jsonl` writer that is active on process 0 only."""
 
   def __init__(
     self,
@@ -60,8 +60,8 @@ class MetricWriter:
     """Creates the writers (process 0) or a no-op writer (other processes).
 
     Args:
-      workdir: run directory (local or ``gs://``) for event files and ``metrics.jsonl``.
-      process_index: this process's index; default ``jax.process_index()``.
+      workdir: run directory (local or `gs://`) for event files and `metrics.jsonl`.
+      process_index: this process's index; default `jax.process_index()`.
       asynchronous: write TensorBoard events in a background thread (clu's default).
     """
     index = jax.process_index() if process_index is None else process_index
@@ -77,7 +77,7 @@ class MetricWriter:
       )
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
-    """Logs scalars at ``step``; several calls for one step make one jsonl line."""
+    """Logs scalars at `step`; several calls for one step make one jsonl line."""
     if not self.active:
       return
     values = {name: _to_python_scalar(name, v) for name, v in scalars.items()}
@@ -183,20 +183,20 @@ class Progress:
     clock: Callable[[], float] = time.monotonic,
     core_clock: Callable[[], float] | None = None,
   ) -> None:
-    """Starts timing now (``clock()``).
+    """Starts timing now (`clock()`).
 
     Args:
       total_steps: the run's last step, for the ETA and percentage.
       first_step: the step the loop starts from (the restored step, or 0).
-      num_devices: TensorCores of the whole job (``jax.device_count()`` times
-        :func:`tensorcores_per_device`), i.e. the cores.
+      num_devices: TensorCores of the whole job (`jax.device_count()` times
+        `tensorcores_per_device`), i.e. the cores.
       examples_per_step: global batch size.
       core_hours: core hours spent before this process (from the checkpoint; 0 if new).
       clock: seconds, monotonic; injectable for tests.
       core_clock: core-seconds consumed, when devices x wall time is not the truth: on the CPU
         backend one device is all the cores the process may use, so the trainer passes
         `time.process_time` (CPU seconds of all its threads), which also stays right when other
-        jobs share the cores. None: core hours are num_devices x wall (``clock``) hours.
+        jobs share the cores. None: core hours are num_devices x wall (`clock`) hours.
     """
     if min(total_steps, num_devices, examples_per_step) < 1:
       raise ValueError(
@@ -227,14 +227,14 @@ class Progress:
       self._paused_seconds += self._clock() - start
 
   def core_hours(self) -> float:
-    """Earlier runs (``core_hours`` argument) plus this process: devices x wall hours, or the
-    advance of ``core_clock`` when given."""
+    """Earlier runs (`core_hours` argument) plus this process: devices x wall hours, or the
+    advance of `core_clock` when given."""
     if self._core_clock is not None:
       return self._core_hours_before + (self._core_clock() - self._core_start) / 3600
     return self._core_hours_before + self.num_devices * (self._clock() - self._start) / 3600
 
   def measure(self, step: int) -> dict[str, float]:
-    """``img/sec/core`` over the steps since the previous call, and ``core_hours``.
+    """`img/sec/core` over the steps since the previous call, and `core_hours`.
 
     The first interval of a process includes compilation, so it reads low.
     """

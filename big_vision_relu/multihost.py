@@ -2,29 +2,29 @@
 
 Three things every multi-host run needs, kept out of the training loop:
 
-- :func:`decide_initialize` (pure, unit-tested) says whether and how this process calls
-  ``jax.distributed.initialize``: explicit ``--coordinator_address`` flags; ``--multihost``,
+- `decide_initialize` (pure, unit-tested) says whether and how this process calls
+  `jax.distributed.initialize`: explicit `--coordinator_address` flags; `--multihost`,
   which the TPU launch scripts pass on a pod slice of more than one host (a Cloud TPU VM sets
   no environment variable that says so: JAX finds the other workers through the VM's metadata
-  server); or a ``TPU_WORKER_HOSTNAMES`` list of more than one host (GKE sets it). A single
+  server); or a `TPU_WORKER_HOSTNAMES` list of more than one host (GKE sets it). A single
   host never initialises, so one-host runs keep working without a coordinator.
-- :class:`PreemptionNotice`: SIGTERM (how a TPU VM announces a preemption or a maintenance
-  event, and what ``launch/tpu/stop.sh`` sends) sets a flag in the process that got it. In a
+- `PreemptionNotice`: SIGTERM (how a TPU VM announces a preemption or a maintenance
+  event, and what `launch/tpu/stop.sh` sends) sets a flag in the process that got it. In a
   multi-process run the processes then agree, at the same step, that *some* process was
   signalled, so that all of them save that step and exit 0 whether every worker or only one
   got the signal. The agreement is a tiny collective (a max over one int per device) dispatched
   after each step and read one step later, so it never makes the host wait for the device; a
   single process skips it.
 
-  Why not JAX's own preemption service (``multihost_utils.reached_preemption_sync_point``,
-  which orbax's ``reached_preemption`` asks): it relies on a C++ SIGTERM handler installed by
-  ``jax.distributed.initialize``, which any Python ``signal.signal(SIGTERM, ...)`` (ours, or a
-  library's) silently displaces, and its sync point is ``max step + 1`` computed from the last
+  Why not JAX's own preemption service (`multihost_utils.reached_preemption_sync_point`,
+  which orbax's `reached_preemption` asks): it relies on a C++ SIGTERM handler installed by
+  `jax.distributed.initialize`, which any Python `signal.signal(SIGTERM, ...)` (ours, or a
+  library's) silently displaces, and its sync point is `max step + 1` computed from the last
   step each process *reported*: a notice that arrives before the first step of a resumed run
   computes a sync point the run has already passed, and it never fires.
-- :class:`PeerWatchdog`: when a peer dies (kill -9, a crashed host), every surviving process
+- `PeerWatchdog`: when a peer dies (kill -9, a crashed host), every surviving process
   prints one line saying so and naming the checkpoint a re-run resumes from, then exits with
-  status :data:`PEER_LOST_EXIT_CODE`, instead of hanging in a collective until JAX's abort
+  status `PEER_LOST_EXIT_CODE`, instead of hanging in a collective until JAX's abort
   dump. Checkpoint steps are atomic (orbax), so a save that was in flight is simply absent,
   and the last finalised one is intact.
 """
@@ -69,13 +69,13 @@ class Decision:
 def decide_initialize(*, coordinator_address: str | None, num_processes: int | None,
                       process_id: int | None, multihost: bool | None,
                       env: Mapping[str, str]) -> Decision:
-  """Whether (and how) this process calls ``jax.distributed.initialize``; no side effects.
+  """Whether (and how) this process calls `jax.distributed.initialize`; no side effects.
 
   Args:
     coordinator_address, num_processes, process_id: the trainer's explicit flags.
-    multihost: ``--multihost``: True on every worker of a multi-host TPU VM (the launch scripts
+    multihost: `--multihost`: True on every worker of a multi-host TPU VM (the launch scripts
       pass it), False to forbid initialising, None (not given) to decide from `env`.
-    env: the environment (os.environ); ``BVR_MULTIHOST=1|0`` is the same as ``--multihost``.
+    env: the environment (os.environ); `BVR_MULTIHOST=1|0` is the same as `--multihost`.
   """
   explicit = (coordinator_address, num_processes, process_id)
   if any(v is not None for v in explicit):
@@ -122,7 +122,7 @@ def latest_finalized_step(directory: epath.PathLike | None) -> int | None:
   """The newest complete checkpoint step in `directory` (None if none), by listing it.
 
   orbax writes a step under a temporary name and renames it when complete (locally), or writes
-  ``commit_success.txt`` last (GCS), so a save cut short is never counted.
+  `commit_success.txt` last (GCS), so a save cut short is never counted.
   """
   if directory is None:
     return None
@@ -246,7 +246,7 @@ def initialize_from_flags(values: flags.FlagValues = flags.FLAGS) -> None:
 def initialize(*, coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None, multihost: bool | None = None,
                env: Mapping[str, str] | None = None) -> Decision:
-  """Joins the multi-process job if :func:`decide_initialize` says so; returns the decision."""
+  """Joins the multi-process job if `decide_initialize` says so; returns the decision."""
   decision = decide_initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes, process_id=process_id,
                                multihost=multihost, env=os.environ if env is None else env)
@@ -311,7 +311,7 @@ def _set_sigterm(signum: int, frame: Any) -> None:
 
 
 class PreemptionNotice:
-  """``stop(step)``: True at the same step in every process once any process got SIGTERM.
+  """`stop(step)`: True at the same step in every process once any process got SIGTERM.
 
   Call it once per step, after dispatching the step, in every process. Single process: the
   local flag. Several: this step's vote (the local flag) is dispatched as a max over one int32

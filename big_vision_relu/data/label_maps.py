@@ -1,16 +1,16 @@
 """ImageNet-21k class order and the ImageNet-21k -> ImageNet-1k label map (packaged data).
 
-Files (written by ``tools/make_i1k_label_map.py``; no header lines):
+Files (written by `tools/make_i1k_label_map.py`; no header lines):
 
-- ``imagenet21k_wnids.txt``: Google's 21,843-class ImageNet-21k order (the class order of
+- `imagenet21k_wnids.txt`: Google's 21,843-class ImageNet-21k order (the class order of
   big_vision's ImageNet-21k models), as shipped in timm's wheel
-  (``timm/data/_info/imagenet21k_goog_synsets.txt``); line i = wordnet id of class i.
-- ``i21k_to_i1k.txt``: line j = ``<index> <wnid>`` for ImageNet-1k class j in TFDS
-  ``imagenet2012`` label order.
+  (`timm/data/_info/imagenet21k_goog_synsets.txt`); line i = wordnet id of class i.
+- `i21k_to_i1k.txt`: line j = `<index> <wnid>` for ImageNet-1k class j in TFDS
+  `imagenet2012` label order.
 
-One ImageNet-1k class has no ImageNet-21k counterpart: class :data:`I1K_ABSENT_CLASS` (850,
-``n04399382``, "teddy, teddy bear") is not in the fall 2011 ImageNet-21k release, so Google's
-21,843 classes do not contain it; its index is :data:`MISSING` (-1).
+One ImageNet-1k class has no ImageNet-21k counterpart: class `I1K_ABSENT_CLASS` (850,
+`n04399382`, "teddy, teddy bear") is not in the fall 2011 ImageNet-21k release, so Google's
+21,843 classes do not contain it; its index is `MISSING` (-1).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ NUM_I1K_CLASSES = 1000
 MISSING = -1
 """Index given to an ImageNet-1k class absent from ImageNet-21k."""
 I1K_ABSENT_CLASS = 850
-"""The ImageNet-1k class (``n04399382``, teddy bear) with no ImageNet-21k class."""
+"""The ImageNet-1k class (`n04399382`, teddy bear) with no ImageNet-21k class."""
 
 
 def _read_lines(name: str) -> list[str]:
@@ -65,12 +65,12 @@ def imagenet21k_wnids() -> list[str]:
 
 
 def i21k_to_i1k_indices() -> np.ndarray:
-  """int64 ``[1000]``: entry j is the ImageNet-21k class index of ImageNet-1k class j.
+  """int64 `[1000]`: entry j is the ImageNet-21k class index of ImageNet-1k class j.
 
-  Entry :data:`I1K_ABSENT_CLASS` (850, teddy bear) is :data:`MISSING` (-1). Do not gather
+  Entry `I1K_ABSENT_CLASS` (850, teddy bear) is `MISSING` (-1). Do not gather
   with the raw array: -1 would silently pick class 21,842 (numpy wraps negative indices and
-  jax does the same). Mask that column instead, e.g. gather with ``np.maximum(idx, 0)`` and
-  set the logits where ``idx == MISSING`` to ``-inf`` (teddy-bear images then always count
+  jax does the same). Mask that column instead, e.g. gather with `np.maximum(idx, 0)` and
+  set the logits where `idx == MISSING` to `-inf` (teddy-bear images then always count
   as wrong), or drop those images from the evaluation; report which.
   """
   return np.array(_i1k_map()[0], dtype=np.int64)

@@ -1,45 +1,45 @@
 """Few-shot linear-probe maths: closed-form ridge regression on frozen features.
 
 Pure NumPy in float64; no jax. The boundary with the model-facing evaluator (which embeds
-datasets with a model) is: features are float arrays ``[N, D]``, labels are int arrays ``[N]``
-with values in ``[0, num_classes)``.
+datasets with a model) is: features are float arrays `[N, D]`, labels are int arrays `[N]`
+with values in `[0, num_classes)`.
 
-The recipe (big_vision's ``fewshot_lsr`` protocol, reimplemented from its description):
+The recipe (big_vision's `fewshot_lsr` protocol, reimplemented from its description):
 
-1. Subset (:func:`fewshot_subsets`): for each seed ``s`` and ``k`` shots, draw from
-   ``np.random.default_rng(s)`` one permutation per class, classes in increasing order, and
-   keep its first ``k`` examples. The permutations do not depend on ``k``, so for one seed the
+1. Subset (`fewshot_subsets`): for each seed `s` and `k` shots, draw from
+   `np.random.default_rng(s)` one permutation per class, classes in increasing order, and
+   keep its first `k` examples. The permutations do not depend on `k`, so for one seed the
    5-shot subset is contained in the 10-shot subset.
-2. Standardise every feature with the mean and std (``ddof=0``) of the few-shot TRAIN subset,
-   with :data:`STD_EPS` added to the std so constant features do not divide by zero. The test
+2. Standardise every feature with the mean and std (`ddof=0`) of the few-shot TRAIN subset,
+   with `STD_EPS` added to the std so constant features do not divide by zero. The test
    set uses the train statistics.
-3. Append a constant bias feature of value :data:`BIAS_FEATURE` (100). The ridge penalty
-   ``l2 * w_bias**2`` acts on the weight of this column, whose effective bias is
-   ``100 * w_bias``, so the bias itself is penalised by ``l2 / 100**2`` only: nearly
+3. Append a constant bias feature of value `BIAS_FEATURE` (100). The ridge penalty
+   `l2 * w_bias**2` acts on the weight of this column, whose effective bias is
+   `100 * w_bias`, so the bias itself is penalised by `l2 / 100**2` only: nearly
    unregularised, while keeping one closed form for weights and bias. 100 is large next to
-   the unit-variance standardised features, and the column's diagonal entry of ``X^T X``
-   (``N * 1e4``) dwarfs the default l2 (``2**10``).
-4. Targets: one-hot in ``{-1, +1}``, shape ``[N, C]``.
-5. Ridge: ``W = argmin ||X W - T||^2 + l2 ||W||^2 = (X^T X + l2 I)^-1 X^T T``, computed from ONE
-   ``numpy.linalg.eigh`` of ``X^T X`` (primal, when ``N >= D + 1``) or of ``X X^T`` (dual, when
-   ``N < D + 1``), reused for every l2 (see :class:`RidgeProbe`).
-6. Accuracy: ``mean(argmax(x_test @ W) == y_test)``.
+   the unit-variance standardised features, and the column's diagonal entry of `X^T X`
+   (`N * 1e4`) dwarfs the default l2 (`2**10`).
+4. Targets: one-hot in `{-1, +1}`, shape `[N, C]`.
+5. Ridge: `W = argmin ||X W - T||^2 + l2 ||W||^2 = (X^T X + l2 I)^-1 X^T T`, computed from ONE
+   `numpy.linalg.eigh` of `X^T X` (primal, when `N >= D + 1`) or of `X X^T` (dual, when
+   `N < D + 1`), reused for every l2 (see `RidgeProbe`).
+6. Accuracy: `mean(argmax(x_test @ W) == y_test)`.
 
-l2 selection: the paper protocol uses a fixed ``l2 = 2**10``. :func:`loo_cv_l2` additionally
+l2 selection: the paper protocol uses a fixed `l2 = 2**10`. `loo_cv_l2` additionally
 picks l2 on the TRAIN subset only, by closed-form leave-one-out cross-validation; the test set
 is never used to choose l2.
 
-Metric names written by :func:`fewshot_results` (``d`` = dataset name, ``k`` = shots,
-``s`` = seed) and :func:`fewshot_average`:
+Metric names written by `fewshot_results` (`d` = dataset name, `k` = shots,
+`s` = seed) and `fewshot_average`:
 
-- ``{d}_{k}shot_seed{s}``      test accuracy at the fixed l2
-- ``{d}_{k}shot``              its mean over seeds (the paper's per-dataset number)
-- ``{d}_{k}shot_std``          its population std over seeds (``ddof=0``)
-- ``{d}_{k}shot_loo_l2_seed{s}`` the l2 chosen by leave-one-out on the train subset
-- ``{d}_{k}shot_loo_seed{s}``  test accuracy at that l2
-- ``{d}_{k}shot_loo``          its mean over seeds
-- ``{k}shot_avg``              mean over datasets of ``{d}_{k}shot`` (the paper's "average
-  10-shot linear transfer on 8 datasets"); ``{k}shot_loo_avg`` likewise for ``_loo``.
+- `{d}_{k}shot_seed{s}`      test accuracy at the fixed l2
+- `{d}_{k}shot`              its mean over seeds (the paper's per-dataset number)
+- `{d}_{k}shot_std`          its population std over seeds (`ddof=0`)
+- `{d}_{k}shot_loo_l2_seed{s}` the l2 chosen by leave-one-out on the train subset
+- `{d}_{k}shot_loo_seed{s}`  test accuracy at that l2
+- `{d}_{k}shot_loo`          its mean over seeds
+- `{k}shot_avg`              mean over datasets of `{d}_{k}shot` (the paper's "average
+  10-shot linear transfer on 8 datasets"); `{k}shot_loo_avg` likewise for `_loo`.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _check_num_classes(num_classes: int) -> int:
 
 
 def _check_labels(labels: np.ndarray, num_classes: int | None, what: str) -> np.ndarray:
-  """Returns ``labels`` as int64 ``[N]`` after checking dtype and range."""
+  """Returns `labels` as int64 `[N]` after checking dtype and range."""
   labels = np.asarray(labels)
   if labels.ndim != 1:
     raise ValueError(f"{what} labels must be 1-D [N], got shape {labels.shape}")
@@ -88,7 +88,7 @@ def _check_features(
   num_classes: int,
   what: str,
 ) -> tuple[np.ndarray, np.ndarray]:
-  """Returns (float64 features ``[N, D]``, int64 labels ``[N]``) after checking them."""
+  """Returns (float64 features `[N, D]`, int64 labels `[N]`) after checking them."""
   feats = np.asarray(feats, dtype=np.float64)
   if feats.ndim != 2:
     raise ValueError(f"{what} features must be 2-D [N, D], got shape {feats.shape}")
@@ -116,22 +116,22 @@ def _check_l2_regs(l2_regs: Sequence[float]) -> tuple[float, ...]:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RidgeProbe:
-  """Ridge regression of ``{-1, +1}`` one-hot targets on standardised features + bias, solved
+  """Ridge regression of `{-1, +1}` one-hot targets on standardised features + bias, solved
   through one eigendecomposition so each extra l2 costs only matrix products.
 
-  With ``X`` ``[N, P]`` (standardised features and the bias column, ``P = D + 1``) and
-  targets ``T`` ``[N, C]``:
+  With `X` `[N, P]` (standardised features and the bias column, `P = D + 1`) and
+  targets `T` `[N, C]`:
 
-  - primal: ``X^T X = Q diag(e) Q^T`` and ``W(l2) = Q diag(1/(e + l2)) Q^T X^T T``;
-  - dual:   ``X X^T = U diag(e) U^T`` and ``W(l2) = X^T U diag(1/(e + l2)) U^T T``
-    (from ``(X^T X + l2 I)^-1 X^T = X^T (X X^T + l2 I)^-1``).
+  - primal: `X^T X = Q diag(e) Q^T` and `W(l2) = Q diag(1/(e + l2)) Q^T X^T T`;
+  - dual:   `X X^T = U diag(e) U^T` and `W(l2) = X^T U diag(1/(e + l2)) U^T T`
+    (from `(X^T X + l2 I)^-1 X^T = X^T (X X^T + l2 I)^-1`).
 
-  Both are stored as ``W(l2) = left @ diag(1/(e + l2)) @ right`` with ``left`` ``[P, r]``,
-  ``right`` ``[r, C]``, ``r = P`` (primal) or ``N`` (dual). ``form='auto'`` takes the smaller
-  eigenproblem: dual when ``N < P``.
+  Both are stored as `W(l2) = left @ diag(1/(e + l2)) @ right` with `left` `[P, r]`,
+  `right` `[r, C]`, `r = P` (primal) or `N` (dual). `form='auto'` takes the smaller
+  eigenproblem: dual when `N < P`.
 
-  Leave-one-out uses the same decomposition (:meth:`loo_predictions`). Build with
-  :meth:`fit`.
+  Leave-one-out uses the same decomposition (`loo_predictions`). Build with
+  `fit`.
   """
 
   num_classes: int
@@ -155,8 +155,8 @@ class RidgeProbe:
     num_classes: int,
     form: Literal["auto", "primal", "dual"] = "auto",
   ) -> RidgeProbe:
-    """Standardises ``x_train`` ``[N, D]``, builds targets from ``y_train`` ``[N]`` and runs
-    the one ``eigh``. ``form`` forces the primal or dual path (both give the same W)."""
+    """Standardises `x_train` `[N, D]`, builds targets from `y_train` `[N]` and runs
+    the one `eigh`. `form` forces the primal or dual path (both give the same W)."""
     num_classes = _check_num_classes(num_classes)
     x_train, y_train = _check_features(x_train, y_train, num_classes, "train")
     if form not in ("auto", "primal", "dual"):
@@ -192,14 +192,14 @@ class RidgeProbe:
     )
 
   def design(self, feats: np.ndarray) -> np.ndarray:
-    """``[M, D]`` features -> ``[M, D + 1]`` standardised with the TRAIN stats, bias last."""
+    """`[M, D]` features -> `[M, D + 1]` standardised with the TRAIN stats, bias last."""
     feats = np.asarray(feats, dtype=np.float64)
     if feats.ndim != 2 or feats.shape[1] != self.mean.shape[0]:
       raise ValueError(f"features must be [M, {self.mean.shape[0]}], got shape {feats.shape}")
     return _design_matrix(feats, self.mean, self.std)
 
   def weights(self, l2: float) -> np.ndarray:
-    """Ridge weights ``[D + 1, C]`` (bias row last) for one l2."""
+    """Ridge weights `[D + 1, C]` (bias row last) for one l2."""
     (l2,) = _check_l2_regs([l2])
     return (self.left / (self.eigvals + l2)) @ self.right
 
@@ -209,7 +209,7 @@ class RidgeProbe:
     y_test: np.ndarray,
     l2_regs: Sequence[float],
   ) -> dict[float, float]:
-    """Test accuracy ``mean(argmax(design(x_test) @ W(l2)) == y_test)`` for each l2."""
+    """Test accuracy `mean(argmax(design(x_test) @ W(l2)) == y_test)` for each l2."""
     l2s = _check_l2_regs(l2_regs)
     x_test, y_test = _check_features(x_test, y_test, self.num_classes, "test")
     # Projecting once onto `left` makes every further l2 an [M, r] x [r, C] product.
@@ -221,16 +221,16 @@ class RidgeProbe:
     return accs
 
   def loo_predictions(self, l2: float) -> np.ndarray:
-    """Leave-one-out predictions ``[N, C]``: row i is what the ridge fit on the other
+    """Leave-one-out predictions `[N, C]`: row i is what the ridge fit on the other
     N - 1 train examples predicts for example i.
 
-    Standard closed form with the hat matrix ``H = X (X^T X + l2 I)^-1 X^T``: the LOO
-    residual is ``(t_i - (H T)_i) / (1 - h_ii)`` (one ``h_ii`` for all C outputs), and the
-    LOO prediction is ``t_i`` minus it. The standardisation statistics stay those of the
+    Standard closed form with the hat matrix `H = X (X^T X + l2 I)^-1 X^T`: the LOO
+    residual is `(t_i - (H T)_i) / (1 - h_ii)` (one `h_ii` for all C outputs), and the
+    LOO prediction is `t_i` minus it. The standardisation statistics stay those of the
     full train subset: this is the LOO of the ridge fit given the standardisation.
 
-    In the dual form ``I - H = l2 G^-1`` with ``G = X X^T + l2 I``, so the residual is
-    ``(G^-1 T)_i / (G^-1)_ii``; that avoids the cancellation in ``1 - h_ii`` when ``N < P``
+    In the dual form `I - H = l2 G^-1` with `G = X X^T + l2 I`, so the residual is
+    `(G^-1 T)_i / (G^-1)_ii`; that avoids the cancellation in `1 - h_ii` when `N < P`
     and a small l2 nearly interpolates the train set.
     """
     (l2,) = _check_l2_regs([l2])
@@ -255,7 +255,7 @@ class RidgeProbe:
 
 
 def _design_matrix(feats: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-  """``[M, D]`` -> ``[M, D + 1]``: standardised features, then the constant bias column."""
+  """`[M, D]` -> `[M, D + 1]`: standardised features, then the constant bias column."""
   standardised = (feats - mean) / std
   bias = np.full((feats.shape[0], 1), BIAS_FEATURE)
   return np.concatenate([standardised, bias], axis=1)
@@ -273,15 +273,15 @@ def ridge_probe_accuracy(
   """Few-shot ridge probe test accuracy per l2.
 
   Args:
-    x_train: ``[N, D]`` features of the few-shot train subset.
-    y_train: ``[N]`` int labels in ``[0, num_classes)``.
-    x_test: ``[M, D]`` test features.
-    y_test: ``[M]`` int test labels.
+    x_train: `[N, D]` features of the few-shot train subset.
+    y_train: `[N]` int labels in `[0, num_classes)`.
+    x_test: `[M, D]` test features.
+    y_test: `[M]` int test labels.
     num_classes: C, the width of the one-hot targets.
     l2_regs: ridge l2 values, each > 0; all share one eigendecomposition.
 
   Returns:
-    ``{l2: accuracy}`` with accuracy in [0, 1].
+    `{l2: accuracy}` with accuracy in [0, 1].
   """
   l2s = _check_l2_regs(l2_regs)
   probe = RidgeProbe.fit(x_train, y_train, num_classes=num_classes)
@@ -305,14 +305,14 @@ def loo_cv_l2(
   """Chooses l2 by closed-form leave-one-out cross-validation on the train subset only.
 
   Args:
-    x_train: ``[N, D]`` features of the few-shot train subset.
-    y_train: ``[N]`` int labels in ``[0, num_classes)``.
+    x_train: `[N, D]` features of the few-shot train subset.
+    y_train: `[N]` int labels in `[0, num_classes)`.
     num_classes: C.
     l2_regs: candidate l2 values (> 0), all served by one eigendecomposition.
 
   Returns:
-    ``(best_l2, {l2: LOO accuracy})``. ``best_l2`` has the highest LOO accuracy; ties go to
-    the largest l2. See :meth:`RidgeProbe.loo_predictions` for the closed form.
+    `(best_l2, {l2: LOO accuracy})`. `best_l2` has the highest LOO accuracy; ties go to
+    the largest l2. See `RidgeProbe.loo_predictions` for the closed form.
 
   At 1 shot, leaving an example out removes its class from the fit, so the LOO accuracy says
   nothing about l2 there; the selection is meaningful from 2 shots up.
@@ -331,23 +331,23 @@ def fewshot_subsets(
 ) -> np.ndarray:
   """Indices of a k-shot train subset.
 
-  ``rng = np.random.default_rng(seed)``; for each class ``c = 0, 1, ..., C - 1`` in order,
-  ``rng.permutation(idx_c)[:shots]`` where ``idx_c`` are the positions of class ``c`` in
-  ``labels`` in increasing order. The draws do not depend on ``shots``, so for one seed
+  `rng = np.random.default_rng(seed)`; for each class `c = 0, 1, ..., C - 1` in order,
+  `rng.permutation(idx_c)[:shots]` where `idx_c` are the positions of class `c` in
+  `labels` in increasing order. The draws do not depend on `shots`, so for one seed
   smaller subsets are nested in larger ones.
 
   Args:
-    labels: ``[N]`` int labels of the full train split.
+    labels: `[N]` int labels of the full train split.
     shots: k >= 1 examples per class.
-    seed: seed of ``np.random.default_rng``.
-    num_classes: C; defaults to ``labels.max() + 1``. Every class in ``[0, C)`` needs at least
-      ``shots`` examples.
+    seed: seed of `np.random.default_rng`.
+    num_classes: C; defaults to `labels.max() + 1`. Every class in `[0, C)` needs at least
+      `shots` examples.
 
   Returns:
-    int64 indices ``[C * shots]`` into ``labels``, grouped by class in class order.
+    int64 indices `[C * shots]` into `labels`, grouped by class in class order.
 
   Raises:
-    ValueError: naming every class with fewer than ``shots`` examples.
+    ValueError: naming every class with fewer than `shots` examples.
   """
   if isinstance(shots, bool) or not isinstance(shots, (int, np.integer)) or shots < 1:
     raise ValueError(f"shots must be an int >= 1, got {shots!r}")
@@ -384,15 +384,15 @@ def fewshot_results(
 ) -> dict[str, float]:
   """All few-shot metrics of one dataset, named as in the module docstring.
 
-  For each ``k`` in ``shots`` and ``s`` in ``seeds``: the k-shot subset of the train split
-  (:func:`fewshot_subsets`), one :class:`RidgeProbe` fit, test accuracy at ``l2_reg``, the l2
-  chosen by leave-one-out over ``loo_l2_grid`` on the subset, and test accuracy at that l2.
+  For each `k` in `shots` and `s` in `seeds`: the k-shot subset of the train split
+  (`fewshot_subsets`), one `RidgeProbe` fit, test accuracy at `l2_reg`, the l2
+  chosen by leave-one-out over `loo_l2_grid` on the subset, and test accuracy at that l2.
 
   Args:
-    train_feats: ``[N, D]`` features of the full train split.
-    train_labels: ``[N]`` int labels.
-    test_feats: ``[M, D]`` test features.
-    test_labels: ``[M]`` int labels.
+    train_feats: `[N, D]` features of the full train split.
+    train_labels: `[N]` int labels.
+    test_feats: `[M, D]` test features.
+    test_labels: `[M]` int labels.
     name: dataset name, the prefix of every metric.
     num_classes: C.
     shots: the k values.
@@ -401,7 +401,7 @@ def fewshot_results(
     loo_l2_grid: l2 candidates for leave-one-out selection.
 
   Returns:
-    flat ``{metric name: value}``; accuracies in [0, 1].
+    flat `{metric name: value}`; accuracies in [0, 1].
   """
   if not name:
     raise ValueError("name must be a non-empty dataset name")
@@ -443,8 +443,8 @@ def fewshot_average(
   *,
   shots: Sequence[int] = (10,),
 ) -> dict[str, float]:
-  """Means over datasets: ``{k}shot_avg`` of ``{d}_{k}shot`` and ``{k}shot_loo_avg`` of
-  ``{d}_{k}shot_loo``, for each k.
+  """Means over datasets: `{k}shot_avg` of `{d}_{k}shot` and `{k}shot_loo_avg` of
+  `{d}_{k}shot_loo`, for each k.
 
   Raises:
     ValueError: if a dataset's metric is missing (a partial average would silently change
