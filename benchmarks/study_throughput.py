@@ -25,9 +25,9 @@ import time
 import jax
 import numpy as np
 
-from big_vision_relu import sweep
 from big_vision_relu import run as run_lib
 from big_vision_relu.data import input_pipeline
+from big_vision_relu.experiments import sweep
 
 import common
 

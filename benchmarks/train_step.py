@@ -21,8 +21,9 @@ ran back to back, under the same load), as the median, quartiles and the share o
 which the step beat softmax's. `--control` adds softmax compiled and timed a second time: its
 ratio to softmax is the noise floor of the others (an A/A comparison). The targets are judged
 on the per-round medians.
-Model FLOPs are the analytic matmul count of `big_vision_relu.cost` (x3 for forward +
-backward), the usual MFU convention; XLA's own count of the compiled step is printed next to it.
+Model FLOPs are the analytic matmul count of `big_vision_relu.experiments.cost` (x3 for
+forward + backward), the usual MFU convention; XLA's own count of the compiled step is printed
+next to it.
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from big_vision_relu import cost, optim, sweep
+from big_vision_relu import optim
+from big_vision_relu.experiments import cost, sweep
 from big_vision_relu import run as run_lib
 
 import common

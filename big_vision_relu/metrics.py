@@ -33,7 +33,6 @@ from typing import Any
 import jax
 import numpy as np
 from absl import logging
-from clu import metric_writers
 from etils import epath
 
 JSONL_NAME = "metrics.jsonl"
@@ -72,6 +71,9 @@ class MetricWriter:
       workdir = epath.Path(workdir)
       workdir.mkdir(parents=True, exist_ok=True)
       self._jsonl = workdir / JSONL_NAME
+      # Imported here: clu loads TensorFlow (seconds), which readers of metrics.jsonl (the
+      # study's run status) do without.
+      from clu import metric_writers  # pylint: disable=g-import-not-at-top
       self._writer = metric_writers.create_default_writer(
         os.fspath(workdir), asynchronous=asynchronous
       )

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A study (big_vision_relu.study) in the background, resumable: the Fashion-MNIST study
-# (docs/reproduction.md) or the MNIST-5k one. Re-run the same command to resume after a stop, a
-# reboot or on a fresh checkout.
+# A study (big_vision_relu.experiments.study) in the background, resumable: the Fashion-MNIST
+# study (docs/reproduction.md) or the MNIST-5k one. Re-run the same command to resume after a
+# stop, a reboot or on a fresh checkout.
 #
 #   bash launch/study.sh fmnist              # start / resume in the background
 #   bash launch/study.sh fmnist status       # per-phase progress
@@ -37,7 +37,8 @@ if [ "$PLAN" != repro ]; then  # the MNIST-5k study finished before studies were
   fi
   PIN=(--commit "${COMMIT:-$(git rev-parse HEAD)}")
 fi
-STUDY=("$PY" -m big_vision_relu.study --plan "$PLAN" --root "$ROOT" --archive "$ARCHIVE")
+STUDY=("$PY" -m big_vision_relu.experiments.study --plan "$PLAN" --root "$ROOT"
+       --archive "$ARCHIVE")
 mkdir -p "$ROOT"
 case "${2:-start}" in
   start)
@@ -73,9 +74,9 @@ case "${2:-start}" in
     for f in "$SWEEP_DIR"/fig[1-4].py; do
       SWEEPS+=(--sweep "$f")
     done
-    "$PY" -m big_vision_relu.report --root "$ARCHIVE" --out "$DOCS" "${SWEEPS[@]}"
+    "$PY" -m big_vision_relu.experiments.report --root "$ARCHIVE" --out "$DOCS" "${SWEEPS[@]}"
     if [ "$PLAN" = fmnist ]; then
-      "$PY" -m big_vision_relu.fmnist_report --archive "$ARCHIVE" --out "$DOCS"
+      "$PY" -m big_vision_relu.experiments.fmnist_report --archive "$ARCHIVE" --out "$DOCS"
     fi
     ;;
   *)

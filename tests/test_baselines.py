@@ -3,7 +3,7 @@ whole `baselines.compute` on the main job's config against an independent read o
 import numpy as np
 import pytest
 
-from big_vision_relu import baselines, sweep
+from big_vision_relu.experiments import baselines, sweep
 from big_vision_relu.evaluators import fewshot
 from conftest import ROOT
 

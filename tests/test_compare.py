@@ -1,6 +1,6 @@
-"""`big_vision_relu.compare`: differences between seed groups in standard errors (checked against
-scipy's Welch t statistic), paired differences, and clear errors for selections that do not
-pick one group; the CLI on the reproduction's committed archive."""
+"""`big_vision_relu.experiments.compare`: differences between seed groups in standard errors
+(checked against scipy's Welch t statistic), paired differences, and clear errors for selections
+that do not pick one group; the CLI on the reproduction's committed archive."""
 from __future__ import annotations
 
 import json
@@ -13,15 +13,15 @@ import pytest
 from conftest import ROOT
 from scipy import stats
 
-from big_vision_relu import compare, report
+from big_vision_relu.experiments import compare, run_status
 
 ACC = "test/prec@1"
 
 
-def _row(seed: int, accuracy: float, *, status: str = "finished", **args) -> report.Row:
+def _row(seed: int, accuracy: float, *, status: str = "finished", **args) -> run_status.Row:
   args = {"attention": "relu", "alpha": 1.0, "qk_norm": True, **args, "seed": seed}
-  return report.Row(f"run-{sorted(args.items())}", "mnist_vit", args, status,
-                    metrics={ACC: accuracy})
+  return run_status.Row(f"run-{sorted(args.items())}", "mnist_vit", args, status,
+                        metrics={ACC: accuracy})
 
 
 RELU = [_row(0, 0.80), _row(1, 0.84), _row(2, 0.75)]
@@ -83,8 +83,9 @@ def _final(run_id: str, metric: str) -> float:
 def test_cli_on_the_committed_archive():
   """L = 196: relu/L against softmax over their 3 seeds, from the archive's final lines."""
   out = subprocess.run(
-      [sys.executable, "-m", "big_vision_relu.compare", "--sweep", "configs/repro/fig2.py",
-       "--root", "results/repro", "--a", "patch=2,attention=relu,alpha=1",
+      [sys.executable, "-m", "big_vision_relu.experiments.compare",
+       "--sweep", "configs/repro/fig2.py", "--root", "results/repro",
+       "--a", "patch=2,attention=relu,alpha=1",
        "--b", "patch=2,attention=softmax"],
       cwd=ROOT, capture_output=True, text=True, check=True).stdout
   for metric in (ACC, "fewshot/10shot_avg"):
@@ -95,8 +96,9 @@ def test_cli_on_the_committed_archive():
     assert re.search(rf"a - b {np.mean(relu) - np.mean(softmax):+.4f}, SE [0-9.]+, "
                      rf"{welch:+.1f} SE$", line), line
   bad = subprocess.run(
-      [sys.executable, "-m", "big_vision_relu.compare", "--sweep", "configs/repro/fig2.py",
-       "--root", "results/repro", "--a", "patch=2,attention=relu", "--b", "attention=softmax"],
+      [sys.executable, "-m", "big_vision_relu.experiments.compare",
+       "--sweep", "configs/repro/fig2.py", "--root", "results/repro",
+       "--a", "patch=2,attention=relu", "--b", "attention=softmax"],
       cwd=ROOT, capture_output=True, text=True, check=False)
   assert bad.returncode != 0 and "also differ in ['alpha'" in bad.stderr
   assert "Traceback" not in bad.stderr

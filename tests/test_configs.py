@@ -11,7 +11,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from big_vision_relu import config as cfg_lib
-from big_vision_relu import sweep
+from big_vision_relu.experiments import sweep
 from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 
@@ -139,7 +139,7 @@ def test_runlocal_config_trains(offline_data_dir, tmp_path):
 ])
 def test_analytic_flops_match_xla_cost_analysis(kw, size, channels, slack):
   """The core-hour estimates count matmul FLOPs; XLA counts every op of the same forward."""
-  from big_vision_relu import cost
+  from big_vision_relu.experiments import cost
   from big_vision_relu.models import vit
   model = vit.Model(1000, **kw)
   images = jax.ShapeDtypeStruct((1, size, size, channels), jnp.float32)

@@ -11,9 +11,9 @@ import pytest
 import tensorflow_datasets as tfds
 from conftest import ROOT
 
-from big_vision_relu import fmnist, fmnist_report, study
-from big_vision_relu import sweep as sweep_lib
 from big_vision_relu.data import datasets, fashion_mnist
+from big_vision_relu.experiments import fmnist, fmnist_report, study
+from big_vision_relu.experiments import sweep as sweep_lib
 
 SWEEPS = [f"configs/study/{name}.py"
           for name in ("calibration", "held_out", "fig1", "fig2", "fig3", "fig4")]
@@ -145,8 +145,8 @@ def test_a_pinned_study_trains_from_its_worktree_and_records_the_commit(fixture_
 
   def run_study(*args):
     return subprocess.run(
-        [sys.executable, "-m", "big_vision_relu.study", "--plan", "fmnist", "--root", str(root),
-         "--archive", str(archive), "--phases", "0",
+        [sys.executable, "-m", "big_vision_relu.experiments.study", "--plan", "fmnist",
+         "--root", str(root), "--archive", str(archive), "--phases", "0",
          # patch 4 (later arguments win): what is tested is the pinning, not the length.
          "--config_args", "runlocal,patch=4", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)

@@ -143,8 +143,8 @@ def ssh(vm: str, worker: str, command: str) -> list[str]:
 @functools.cache
 def fig1_runs() -> list[tuple[str, str]]:
   """(run id, --config value) of fig1, from the sweep module itself."""
-  out = subprocess.run([sys.executable, "-m", "big_vision_relu.sweep", FIG1, "--list"], cwd=ROOT,
-                       capture_output=True, text=True, check=True).stdout
+  out = subprocess.run([sys.executable, "-m", "big_vision_relu.experiments.sweep", FIG1, "--list"],
+                       cwd=ROOT, capture_output=True, text=True, check=True).stdout
   runs = [tuple(line.split("\t")) for line in out.splitlines()]
   assert len(runs) == 10
   return runs

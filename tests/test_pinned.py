@@ -1,4 +1,5 @@
-"""big_vision_relu.pinned: the study's launcher of trainers (core, niceness, parent-death signal)."""
+"""big_vision_relu.experiments.pinned: the study's launcher of trainers (core, niceness,
+parent-death signal), started as the study starts it."""
 import os
 import pathlib
 import signal
@@ -6,8 +7,10 @@ import subprocess
 import sys
 import time
 
+from big_vision_relu.experiments import study
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PINNED = [sys.executable, "-m", "big_vision_relu.pinned"]
+PINNED = list(study.PINNED_LAUNCHER)
 # Prints what the exec'd command inherited: its CPUs, niceness and parent-death signal.
 REPORT = """
 import ctypes, os
@@ -53,6 +56,21 @@ def test_the_command_is_stopped_when_its_parent_is_killed():
   while _alive(child_pid):
     assert time.monotonic() < deadline, "the command outlived its killed parent"
     time.sleep(0.05)
+
+
+def test_it_runs_whatever_tree_the_command_runs_from(tmp_path):
+  """A pinned study's trainers run with cwd and PYTHONPATH at an older commit's tree, whose
+  big_vision_relu has no experiments package: the launcher still starts, and the command
+  imports that tree's package."""
+  package = tmp_path / "big_vision_relu"
+  package.mkdir()
+  (package / "__init__.py").write_text("")
+  done = subprocess.run(
+      [*PINNED, "--", sys.executable, "-c", "import big_vision_relu as p; print(p.__file__)"],
+      cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True,
+      text=True, check=False, timeout=60)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.strip() == str(package / "__init__.py")
 
 
 def test_a_missing_command_is_a_usage_error():

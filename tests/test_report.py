@@ -1,6 +1,7 @@
-"""`big_vision_relu.report`: metrics.jsonl replay (resumes), run status, CSV / Markdown tables
-and the figures' panels, from workdirs fabricated for part of the paper's Figures 1 and 2 and
-for miniature reproduction-style sweeps (a FigureSpec, seeds, the gate's cost)."""
+"""`big_vision_relu.experiments.report` and its parts (run_status, stats, tables, figures):
+metrics.jsonl replay (resumes), run status, CSV / Markdown tables and the figures' panels, from
+workdirs fabricated for part of the paper's Figures 1 and 2 and for miniature
+reproduction-style sweeps (a FigureSpec, seeds, the gate's cost)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import pytest
 from conftest import ROOT
 
 from big_vision_relu import metrics as metrics_lib
-from big_vision_relu import report, sweep
+from big_vision_relu.experiments import figures, report, run_status, stats, sweep, tables
 
 FIG1 = str(ROOT / "configs/paper/fig1.py")
 FIG2 = str(ROOT / "configs/paper/fig2.py")
@@ -93,24 +94,24 @@ def test_parse_metrics_replays_resumes_and_later_lines_win():
   records = metrics_lib.parse_metrics(lines)
   assert records == {10: {"training_loss": 3.0}, 20: {"training_loss": 2.0},
                      30: {"training_loss": 1.6, "i1k/prec@1": 0.31}}
-  assert report.last_values({10: {"a": 1.0, "b": 5.0}, 20: {"a": 2.0}}, ("a", "b", "c")) == {
+  assert run_status.last_values({10: {"a": 1.0, "b": 5.0}, 20: {"a": 2.0}}, ("a", "b", "c")) == {
       "a": 2.0, "b": 5.0}
 
 
 def test_total_steps_from_config():
-  assert report.total_steps(_steps(123)) == 123
-  assert report.total_steps(I21K_CONFIG) == I21K_TOTAL
+  assert run_status.total_steps(_steps(123)) == 123
+  assert run_status.total_steps(I21K_CONFIG) == I21K_TOTAL
   i1k = {"total_epochs": 300, "input": {"batch_size": 4096, "data": {
       "name": "imagenet2012", "split": "train[:99%]"}}}
-  assert report.total_steps(i1k) == 92_898
-  assert report.total_steps({"total_epochs": 3, "input": {"batch_size": 8, "data": {
+  assert run_status.total_steps(i1k) == 92_898
+  assert run_status.total_steps({"total_epochs": 3, "input": {"batch_size": 8, "data": {
       "name": "unknown", "split": "train"}}}) is None
-  assert report.total_steps({"total_examples": 80, "input": {"batch_size": 8}}) == 10
-  assert report.total_steps({}) is None
+  assert run_status.total_steps({"total_examples": 80, "input": {"batch_size": 8}}) == 10
+  assert run_status.total_steps({}) is None
 
 
 def test_collect_fig1(fig1_root):
-  rows = report.collect(FIG1, str(fig1_root), PAPER)
+  rows = run_status.collect(FIG1, str(fig1_root), PAPER)
   assert [r.status for r in rows] == ["finished", "finished", "running", "running", "running",
                                       *["missing"] * 5]
   assert rows[1].step == I21K_TOTAL and rows[1].total_steps == I21K_TOTAL
@@ -131,16 +132,16 @@ def test_status_without_a_known_total(tmp_path):
             "evals": {"i1k": {}, "fewshot": {}}}
   _write_run(tmp_path, run, [{"step": 5, "i1k/prec@1": 0.1}], config)
   workdir = sweep.workdir(str(tmp_path), run)
-  assert report.collect_run(run, workdir).status == "running"
+  assert run_status.collect_run(run, workdir).status == "running"
   with open(pathlib.Path(workdir) / "metrics.jsonl", "a") as f:
     f.write(json.dumps({"step": 9, "i1k/prec@1": 0.2, "fewshot/10shot_avg": 0.1}) + "\n")
-  row = report.collect_run(run, workdir)
+  row = run_status.collect_run(run, workdir)
   assert (row.status, row.step, row.total_steps) == ("finished", 9, None)
 
 
 def test_csv_and_markdown_fig1(fig1_root):
-  rows = report.collect(FIG1, str(fig1_root), PAPER)
-  lines = report.to_csv(rows, PAPER).splitlines()
+  rows = run_status.collect(FIG1, str(fig1_root), PAPER)
+  lines = tables.to_csv(rows, PAPER).splitlines()
   assert len(lines) == 11
   assert lines[0] == ("run_id,dataset,variant,attention,alpha,qk_norm,gated,status,step,"
                       "total_steps,i1k/prec@1,fewshot/10shot_avg,core_hours,training_loss")
@@ -155,7 +156,7 @@ def test_csv_and_markdown_fig1(fig1_root):
   assert lines[10] == ("i21k-L16-relu-a1-qk_norm-nogated,i21k,L/16,relu,1.0,True,False,"
                        "missing,,,,,,")
 
-  md = report.to_markdown(rows, PAPER, title="fig1").splitlines()
+  md = tables.to_markdown(rows, PAPER, title="fig1").splitlines()
   assert md[0] == "# fig1"
   assert md[2] == ("10 runs: 2 finished, 3 running, 5 missing. Values are the last logged "
                    "ones.")
@@ -175,8 +176,8 @@ def _collections(ax, gid: str) -> list:
 
 
 def test_fig1_panels(fig1_root):
-  rows = report.collect(FIG1, str(fig1_root), PAPER)
-  figure = report.plot_sweep("fig1", rows, PAPER)
+  rows = run_status.collect(FIG1, str(fig1_root), PAPER)
+  figure = figures.plot_sweep("fig1", rows, PAPER)
   assert len(figure.axes) == 2
   left, right = figure.axes
   assert left.get_ylabel() == "ImageNet-1k accuracy"
@@ -226,10 +227,10 @@ def fig2_root(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 def test_fig2_panels(fig2_root):
-  rows = report.collect(FIG2, str(fig2_root), PAPER)
+  rows = run_status.collect(FIG2, str(fig2_root), PAPER)
   assert sum(r.status == "finished" for r in rows) == 4
   assert sum(r.status == "running" for r in rows) == 2
-  figure = report.plot_sweep("fig2", rows, PAPER)
+  figure = figures.plot_sweep("fig2", rows, PAPER)
   assert len(figure.axes) == 6
   axes = [figure.axes[:3], figure.axes[3:]]
   titles = [[ax.get_title() for ax in row] for row in axes]
@@ -262,26 +263,26 @@ def test_fig3_and_fig4_layout(tmp_path):
                                  "relu2, no qk-LN"]),
                        ("fig4", ["relu, gate", "relu, no gate", "relu2, gate",
                                  "relu2, no gate"])):
-    rows = report.collect(str(ROOT / f"configs/paper/{name}.py"), str(tmp_path / "empty"),
-                          PAPER)
+    rows = run_status.collect(str(ROOT / f"configs/paper/{name}.py"), str(tmp_path / "empty"),
+                              PAPER)
     assert {r.status for r in rows} == {"missing"}
-    figure = report.plot_sweep(name, rows, PAPER)
+    figure = figures.plot_sweep(name, rows, PAPER)
     assert len(figure.axes) == 3
     for ax, variant in zip(figure.axes, ("S/32", "S/16", "S/8"), strict=True):
       assert ax.get_title() == f"i21k {variant} (32 missing)"
       assert [line.get_label() for line in ax.lines] == labels
       assert [line.get_linestyle() for line in ax.lines] == ["-", "--", "-", "--"]
-  assert report.plot_sweep("other_sweep", rows, PAPER) is None
-  assert report.figure_kind("fig2_small") == "fig2" and report.figure_kind("fig12") is None
+  assert figures.plot_sweep("other_sweep", rows, PAPER) is None
+  assert figures.figure_kind("fig2_small") == "fig2" and figures.figure_kind("fig12") is None
 
 
 def test_cli_writes_tables_and_figures(fig1_root, fig2_root, tmp_path):
   # Both fixtures share tmp_path / "runs" (one runs/<run id> per run; S/32 softmax is in both).
   out = tmp_path / "results"
   result = subprocess.run(
-      [sys.executable, "-m", "big_vision_relu.report", "--sweep", FIG1, "--sweep", FIG2,
-       "--root", str(fig1_root), "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
-      timeout=300, check=False)
+      [sys.executable, "-m", "big_vision_relu.experiments.report", "--sweep", FIG1,
+       "--sweep", FIG2, "--root", str(fig1_root), "--out", str(out)], cwd=ROOT,
+      capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
   printed = result.stdout.split()
   assert printed == [str(out / f) for f in ("fig1.md", "fig1.png", "fig2.md", "fig2.png")]
@@ -313,7 +314,7 @@ def _repro_args(**args: Any) -> dict[str, Any]:
 def _repro_sweep(tmp_path: pathlib.Path, name: str, grid: list[dict[str, Any]]) -> str:
   """A sweep file `<name>.py` with FIGURE = REPRO_FIGURE and a run per args of `grid`."""
   path = tmp_path / f"{name}.py"
-  path.write_text(f"from big_vision_relu.sweep import FigureSpec, Run\n\n"
+  path.write_text(f"from big_vision_relu.experiments.sweep import FigureSpec, Run\n\n"
                   f"FIGURE = {REPRO_FIGURE!r}\n\n\n"
                   f"def get_sweep():\n  return [Run({REPRO_CONFIG!r}, a) for a in {grid!r}]\n")
   return str(path)
@@ -364,17 +365,17 @@ def repro_fig1(tmp_path: pathlib.Path) -> tuple[str, pathlib.Path]:
 def test_groups_over_seeds(repro_fig1):
   path, root = repro_fig1
   assert sweep.load_figure_spec(path) == REPRO_FIGURE
-  rows = report.collect(path, str(root), REPRO_FIGURE)
+  rows = run_status.collect(path, str(root), REPRO_FIGURE)
   assert len(rows) == 12 and rows[0].dataset == "mnist_vit"
   assert rows[0].metrics == _metrics(0.80, 0.50, 0.020, 0.30)
-  groups = report.group_rows(rows)
+  groups = stats.group_rows(rows)
   assert [(g.args["size"], g.args["attention"]) for g in groups] == list(REPRO_FIG1)
   assert groups[0].args == {"size": "Ti", "patch": 4, "attention": "softmax", "alpha": 1.0,
                             "qk_norm": True, "gated": False}
   assert [len(g.rows) for g in groups] == [3, 3, 3, 3]
   assert [g.status for g in groups] == ["finished", "running", "running", "missing"]
   for group, seeds in zip(groups, REPRO_FIG1.values(), strict=True):
-    for i, metric in enumerate(report.spec_metrics(REPRO_FIGURE)):
+    for i, metric in enumerate(run_status.spec_metrics(REPRO_FIGURE)):
       values = [v[i] for v in seeds if isinstance(v, tuple)]
       values += [v[metric] for v in seeds if isinstance(v, dict) and metric in v]
       stat = group.stat(metric)
@@ -389,19 +390,19 @@ def test_groups_over_seeds(repro_fig1):
         assert stat.std == pytest.approx(np.std(values, ddof=1), rel=1e-12)
         assert stat.std == statistics.stdev(values)
   assert groups[0].stat("test/prec@1").std == pytest.approx(0.0360555127546399, rel=1e-12)
-  assert groups[2].stat("test/prec@1") == report.Stat(0.9, None, 1)  # seed 1 logged no accuracy
+  assert groups[2].stat("test/prec@1") == stats.Stat(0.9, None, 1)  # seed 1 logged no accuracy
   assert groups[2].stat("core_hours").n == 2
 
 
 def test_markdown_and_csv_over_seeds(repro_fig1):
   path, root = repro_fig1
-  rows = report.collect(path, str(root), REPRO_FIGURE)
-  csv_lines = report.to_csv(rows, REPRO_FIGURE).splitlines()
+  rows = run_status.collect(path, str(root), REPRO_FIGURE)
+  csv_lines = tables.to_csv(rows, REPRO_FIGURE).splitlines()
   assert len(csv_lines) == 13  # one line per run
   assert csv_lines[0] == ("run_id,dataset,size,patch,attention,alpha,qk_norm,gated,seed,status,"
                           "step,total_steps,test/prec@1,fewshot/10shot_avg,core_hours,"
                           "training_loss")
-  md = report.to_markdown(rows, REPRO_FIGURE, title="fig1_mini").splitlines()
+  md = tables.to_markdown(rows, REPRO_FIGURE, title="fig1_mini").splitlines()
   assert md[4] == ("| run | dataset | size | patch | attention | alpha | qk_norm | gated | seed "
                    "| status | step | test acc | 10-shot avg | core hours | train loss |")
   assert md[6] == ("| mnist_vit-Ti-p4-softmax-a1-qk_norm-nogated-seed0 | mnist_vit | Ti | 4 | "
@@ -432,8 +433,8 @@ def _segments(ax, gid: str) -> list[list[list[float]]]:
 
 def test_repro_fig1_panels(repro_fig1):
   path, root = repro_fig1
-  rows = report.collect(path, str(root), REPRO_FIGURE)
-  figure = report.plot_sweep("fig1_mini", rows, REPRO_FIGURE)
+  rows = run_status.collect(path, str(root), REPRO_FIGURE)
+  figure = figures.plot_sweep("fig1_mini", rows, REPRO_FIGURE)
   left, right = figure.axes
   assert (left.get_ylabel(), right.get_ylabel()) == ("mnist5k test accuracy",
                                                      "10-shot digits transfer")
@@ -475,8 +476,8 @@ def test_repro_fig2_panels_by_patch(tmp_path):
   for seed, accuracy in ((0, 0.5), (1, 0.6)):
     _repro_run(root, path, {"test/prec@1": accuracy}, alpha=0.0, seed=seed)
   _repro_run(root, path, {"test/prec@1": 0.88}, alpha=1.0, seed=0)  # seed 1 missing
-  rows = report.collect(path, str(root), REPRO_FIGURE)
-  figure = report.plot_sweep("fig2_mini", rows, REPRO_FIGURE)
+  rows = run_status.collect(path, str(root), REPRO_FIGURE)
+  figure = figures.plot_sweep("fig2_mini", rows, REPRO_FIGURE)
   assert [ax.get_title() for ax in figure.axes] == ["mnist5k, patch 4",
                                                     "mnist5k, patch 2 (3 missing)"]
   assert figure.axes[0].get_ylabel() == "mnist5k test accuracy"  # one dataset: not named
@@ -512,8 +513,8 @@ def test_repro_fig4_gate_cost(tmp_path, capsys):
   for (patch, alpha, gated), core_hours in REPRO_FIG4.items():
     _repro_run(root, path, {"test/prec@1": 0.8, "core_hours": core_hours or 1.0},
                finished=core_hours is not None, patch=patch, alpha=alpha, gated=gated)
-  rows = report.collect(path, str(root), REPRO_FIGURE)
-  ratios = report.gate_cost_ratios(rows)
+  rows = run_status.collect(path, str(root), REPRO_FIGURE)
+  ratios = stats.gate_cost_ratios(rows)
   assert [(r.args["patch"], r.args["alpha"], r.args["gated"]) for r, _ in ratios] == [
       (4, 0.0, True), (4, 1.0, True), (2, 0.0, True)]  # patch 2, alpha 1: gated run running
   assert [q for _, q in ratios] == pytest.approx([1.1, 1.15, 1.25], rel=1e-12)
@@ -532,11 +533,11 @@ def test_repro_fig4_gate_cost(tmp_path, capsys):
   assert (out / "fig4_mini.csv").read_text().splitlines()[0].endswith(
       "seed,status,step,total_steps,test/prec@1,fewshot/10shot_avg,core_hours,training_loss")
 
-  figure = report.plot_sweep("fig4_mini", rows, REPRO_FIGURE)
+  figure = figures.plot_sweep("fig4_mini", rows, REPRO_FIGURE)
   assert [ax.get_title() for ax in figure.axes] == ["mnist5k, patch 4", "mnist5k, patch 2"]
   assert [line.get_label() for line in figure.axes[0].lines] == ["relu, gate", "relu, no gate"]
   assert figure.axes[0].get_ylabel() == "mnist5k test accuracy"
-  assert report.to_markdown(rows, REPRO_FIGURE).count("Gate cost") == 0  # fig4 sweeps only
+  assert tables.to_markdown(rows, REPRO_FIGURE).count("Gate cost") == 0  # fig4 sweeps only
 
 
 def test_alpha_tables_use_finished_runs_only(tmp_path):
@@ -563,8 +564,8 @@ def test_alpha_tables_use_finished_runs_only(tmp_path):
   diverged = sweep.Run(REPRO_CONFIG, _repro_args(attention="relu", alpha=0.0, seed=0,
                                                  qk_norm=False))
   workdir = pathlib.Path(sweep.workdir(str(root), diverged))
-  (workdir / report.DIVERGED_FILE).write_text("FloatingPointError: Non-finite loss\n")
-  row = report.collect_run(diverged, workdir, REPRO_FIGURE)
+  (workdir / run_status.DIVERGED_FILE).write_text("FloatingPointError: Non-finite loss\n")
+  row = run_status.collect_run(diverged, workdir, REPRO_FIGURE)
   assert (row.status, row.step, row.metrics) == ("diverged", 5, {})
   out = report.write_report(path, str(root), str(tmp_path / "out"))
   md = pathlib.Path(out["md"]).read_text().splitlines()
@@ -588,7 +589,7 @@ def test_the_step_1_evaluation_is_no_result(tmp_path):
   _write_run(tmp_path / "runs", run,
              [{"step": 1, "test/prec@1": 0.1, "fewshot/10shot_avg": 0.4, "core_hours": 0.01,
                "training_loss": 2.3}], _steps(10))
-  (row,) = report.collect(path, str(tmp_path / "runs"), REPRO_FIGURE)
+  (row,) = run_status.collect(path, str(tmp_path / "runs"), REPRO_FIGURE)
   assert (row.status, row.metrics) == ("running", {"core_hours": 0.01, "training_loss": 2.3})
 
 
@@ -596,7 +597,7 @@ def test_percent_axis_labels_stay_distinct_on_a_narrow_range():
   import matplotlib.pyplot as plt
   figure, ax = plt.subplots()
   ax.plot([0, 1], [0.885, 0.897])  # accuracies 1.2 points apart
-  report._percent_axis(ax)
+  figures._percent_axis(ax)
   figure.canvas.draw()
   labels = [label.get_text() for label in ax.get_yticklabels()]
   plt.close(figure)
@@ -618,7 +619,7 @@ def test_a_run_shared_by_several_figures_trains_once_and_every_report_finds_it(t
   _write_run(tmp_path, fig2_runs[run_id], [  # trained once, by Figure 2's sweep
       {"step": I21K_TOTAL, "training_loss": 1.7, "core_hours": 9.0, "i1k/prec@1": 0.45,
        "fewshot/10shot_avg": 0.35}], I21K_CONFIG)
-  rows = {r.run_id: r for r in report.collect(fig3, root, sweep.load_figure_spec(fig3))}
+  rows = {r.run_id: r for r in run_status.collect(fig3, root, sweep.load_figure_spec(fig3))}
   assert rows[run_id].status == "finished" and rows[run_id].metrics["i1k/prec@1"] == 0.45
   assert sum(r.status == "missing" for r in rows.values()) == len(rows) - 1
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-from big_vision_relu import report, repro, study
-from big_vision_relu import sweep as sweep_lib
+from big_vision_relu.experiments import repro, run_status, study, tables
+from big_vision_relu.experiments import sweep as sweep_lib
 from big_vision_relu.models.attention import ACTIVATIONS
 
 SWEEPS = [f"configs/repro/fig{i}.py" for i in range(1, 5)]
@@ -70,9 +70,9 @@ def test_repro_run_rejects_unknown_arguments_and_pins_softmax_alpha():
 
 def _study(root, archive, *args, data_dir):
   env = {**os.environ, "TFDS_DATA_DIR": data_dir, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
-  return subprocess.run([sys.executable, "-m", "big_vision_relu.study", "--root", str(root),
-                         "--archive", str(archive), *args], check=False, env=env, cwd=ROOT,
-                        capture_output=True, text=True, timeout=600)
+  return subprocess.run([sys.executable, "-m", "big_vision_relu.experiments.study",
+                         "--root", str(root), "--archive", str(archive), *args], check=False,
+                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def test_a_two_run_study_trains_archives_reports_and_resumes(offline_data_dir, tmp_path):
@@ -88,8 +88,8 @@ def test_a_two_run_study_trains_archives_reports_and_resumes(offline_data_dir, t
     assert sorted(p.name for p in study.archived_dir(archive, item.run).iterdir()) == [
         "config.json", "metrics.jsonl"]
   # The figure's sweep sees the archived runs through its links; the rest is missing.
-  rows = {r.run_id: r for r in report.collect("configs/repro/fig1.py", str(archive),
-                                              repro.FIGURE)}
+  rows = {r.run_id: r for r in run_status.collect("configs/repro/fig1.py", str(archive),
+                                                  repro.FIGURE)}
   for item in first_two:
     assert rows[item.run.run_id].status == "finished"
     assert 0 <= rows[item.run.run_id].value("test/prec@1") <= 1
@@ -112,8 +112,8 @@ def test_a_two_run_study_trains_archives_reports_and_resumes(offline_data_dir, t
 def test_report_knows_the_size_of_mnist5k_train(offline_data_dir):
   """The report turns the study's total_epochs into steps with this size (to tell finished runs
   from started ones); it must be the real split's."""
-  from big_vision_relu import recipes
   from big_vision_relu.data import datasets
+  from big_vision_relu.experiments import recipes
   builder = datasets.get_builder("mnist5k", offline_data_dir)
   assert builder.info.splits["train"].num_examples == recipes.TRAIN_SPLIT_SIZES[
       ("mnist5k", "train")]
@@ -142,10 +142,10 @@ def test_a_diverging_run_is_marked_and_not_retried(offline_data_dir, tmp_path, m
     return runner
   assert run_study().failed == []
   workdir = root / "runs" / run.run_id
-  assert (workdir / report.DIVERGED_FILE).read_text().startswith(
+  assert (workdir / run_status.DIVERGED_FILE).read_text().startswith(
       "FloatingPointError: Non-finite loss or gradients at step ")
   for results in (workdir, study.archived_dir(archive, run)):
-    row = report.collect_run(run, results, repro.FIGURE)
+    row = run_status.collect_run(run, results, repro.FIGURE)
     assert (row.status, row.metrics) == ("diverged", {})
   log_size = (workdir / "train.log").stat().st_size
   assert run_study().failed == []
@@ -194,15 +194,16 @@ def test_recovered_archive_entries_give_the_report_their_csv_lines_back(tmp_path
   runs = sweep_lib.load_sweep("configs/repro/fig1.py")
   values = {"test/prec@1": 0.891, "fewshot/10shot_avg": 0.6063138347260911,
             "core_hours": 0.06156503363555556, "training_loss": 0.23242759704589844}
-  rows = [report.Row(runs[0].run_id, "mnist_vit", runs[0].args, "finished", 1250, 1250, values),
-          report.Row(runs[1].run_id, "mnist_vit", runs[1].args, "running", 500, 1250,
-                     {"training_loss": 1.5})]
+  rows = [run_status.Row(runs[0].run_id, "mnist_vit", runs[0].args, "finished", 1250, 1250,
+                         values),
+          run_status.Row(runs[1].run_id, "mnist_vit", runs[1].args, "running", 500, 1250,
+                         {"training_loss": 1.5})]
   csv_path = tmp_path / "fig1.csv"
-  csv_path.write_text(report.to_csv(rows, repro.FIGURE))
+  csv_path.write_text(tables.to_csv(rows, repro.FIGURE))
   archive = tmp_path / "archive"
   assert tool.recover([csv_path], archive) == [runs[0].run_id]
   assert tool.recover([csv_path], archive) == []  # already there
-  collected = report.collect("configs/repro/fig1.py", str(archive), repro.FIGURE)
+  collected = run_status.collect("configs/repro/fig1.py", str(archive), repro.FIGURE)
   assert collected[0] == rows[0]
   assert collected[1].status == "missing"
   assert (study.archived_dir(archive, runs[0]) / tool.RECOVERED_FILE).exists()
@@ -225,6 +226,7 @@ def test_archiving_replaces_an_older_copy_whole_and_leaves_checkpoints_behind(tm
   assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
   assert sorted(p.name for p in target.iterdir()) == ["config.json", "metrics.jsonl"]
   for path in item.sweeps:
-    row = report.collect_run(item.run, sweep_lib.sweep_link(str(archive), path, item.run),
-                             repro.FIGURE)
+    row = run_status.collect_run(item.run,
+                                 sweep_lib.sweep_link(str(archive), path, item.run),
+                                 repro.FIGURE)
     assert (row.status, row.value("test/prec@1")) == ("finished", 0.9)

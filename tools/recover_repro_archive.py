@@ -4,8 +4,8 @@ Why: until 2026-11-23 the study kept its runs only in workdirs/repro (not in git
 was cut off lost that directory with its checkout; what survived of the 135 runs that had
 finished is one line per run in the committed report CSVs (docs/reproduction/fig*.csv, written
 by `bash launch/repro.sh report` from the runs' metrics.jsonl). Since then the study archives
-every done run in results/repro (big_vision_relu.study), and this tool put the surviving lines
-there so they are not trained again. It was run once:
+every done run in results/repro (big_vision_relu.experiments.study), and this tool put the
+surviving lines there so they are not trained again. It was run once:
 
     python tools/recover_repro_archive.py docs/reproduction/fig*.csv --archive results/repro
 
@@ -25,8 +25,8 @@ import csv
 import json
 import pathlib
 
-from big_vision_relu import report, repro, study
-from big_vision_relu import sweep as sweep_lib
+from big_vision_relu.experiments import repro, run_status, study
+from big_vision_relu.experiments import sweep as sweep_lib
 
 RECOVERED_FILE = "RECOVERED"
 
@@ -35,7 +35,7 @@ def recover(csv_paths: list[pathlib.Path], archive: pathlib.Path) -> list[str]:
   """Writes the archive entries of the finished runs of `csv_paths` not yet in `archive`;
   returns their run ids. Raises on a run id the study does not plan."""
   planned = {item.run.run_id: item for item in study.plan(repro.PHASES)}
-  metrics = report.spec_metrics(repro.FIGURE)
+  metrics = run_status.spec_metrics(repro.FIGURE)
   recovered = []
   for csv_path in csv_paths:
     with open(csv_path, newline="") as f:

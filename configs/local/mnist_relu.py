@@ -22,7 +22,7 @@ underfit in 30 epochs: 0.815 / 0.885).
 """
 import ml_collections
 
-from big_vision_relu import recipes
+from big_vision_relu.experiments import recipes
 from big_vision_relu.config import optional, parse_arg
 
 
@@ -45,7 +45,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       pool_type="gap", posemb="learn",
       attention=arg.attention, seqlen_alpha=arg.alpha, qk_norm=arg.qk_norm, gated=arg.gated,
   )
-  recipes.set_mnist_optimizer(config)
+  # Tuned here for 4,000 images: lr 3e-3 with 5% warmup (see the docstring).
+  config.loss = "softmax_xent"
+  config.optax_name = "scale_by_adam"
+  config.optax = dict(b1=0.9, b2=0.999)
+  config.lr = 3e-3
+  config.wd = 1e-4  # decoupled, not multiplied by lr
+  config.grad_clip_norm = 1.0
+  config.schedule = dict(warmup_percent=0.05, decay_type="cosine")
 
   config.log_training_steps = 2 if arg.runlocal else 50
   config.ckpt_steps = 3 if arg.runlocal else 200

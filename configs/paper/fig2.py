@@ -6,11 +6,11 @@ trained on ImageNet-21k (30 epochs; i1k accuracy of the 21k head) and on ImageNe
 Alpha grid (recipes.ALPHAS): the paper gives none (its text says [0, 1], its plots run to 2);
 we use 0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2: dense around the predicted optimum 1, both ends.
 
-    python -m big_vision_relu.sweep configs/paper/fig2.py --list
+    python -m big_vision_relu.experiments.sweep configs/paper/fig2.py --list
 """
 from big_vision_relu.models.attention import ACTIVATIONS
-from big_vision_relu.recipes import ALPHA_SWEEP_VARIANTS, ALPHAS
-from big_vision_relu.sweep import Run
+from big_vision_relu.experiments.recipes import ALPHA_SWEEP_VARIANTS, ALPHAS
+from big_vision_relu.experiments.sweep import Run
 
 
 def get_sweep() -> list[Run]:

@@ -2,14 +2,14 @@ r"""Figure 4 analogue: relu and relu2 over the alpha grid with and without the a
 S model at patch 4 and 2, seed 0 (the runs without the gate are Figure 2's). 64 runs. The
 report's table gives the gate's cost: core hours with / without, over matched runs.
 
-    python -m big_vision_relu.report --sweep configs/repro/fig4.py --root results/repro \
-        --out docs/reproduction
+    python -m big_vision_relu.experiments.report --sweep configs/repro/fig4.py \
+        --root results/repro --out docs/reproduction
 """
-from big_vision_relu import repro
-from big_vision_relu.sweep import Run
+from big_vision_relu.experiments import repro
+from big_vision_relu.experiments.sweep import Run
 
 FIGURE = repro.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  return repro.ablation("gated")
+  return repro.GRID.ablation("gated", repro.ALPHAS, patch=repro.PATCHES)

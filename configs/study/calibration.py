@@ -1,10 +1,10 @@
 r"""The recipe's convergence check: softmax and relu/L (seed 0, L = 196) trained for twice the
 recipe's epochs; their 1x twins are phase A's seed-0 runs (docs/reproduction.md, "Recipe").
 
-    python -m big_vision_relu.sweep configs/study/calibration.py --list
+    python -m big_vision_relu.experiments.sweep configs/study/calibration.py --list
 """
-from big_vision_relu import fmnist
-from big_vision_relu.sweep import Run
+from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.sweep import Run
 
 FIGURE = fmnist.FIGURE
 

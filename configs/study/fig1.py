@@ -1,10 +1,10 @@
 r"""Figure 1 on Fashion-MNIST at L = 49 (patch 4, the cheap setting): softmax vs relu/L for
 three model sizes (Ti, S, B: width 64, 96, 128; head dim 32), 3 seeds each.
 
-    python -m big_vision_relu.sweep configs/study/fig1.py --list
+    python -m big_vision_relu.experiments.sweep configs/study/fig1.py --list
 """
-from big_vision_relu import fmnist
-from big_vision_relu.sweep import Run
+from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.sweep import Run
 
 FIGURE = fmnist.FIGURE
 

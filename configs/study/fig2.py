@@ -3,10 +3,10 @@ r"""Figure 2 on Fashion-MNIST at L = 196: test accuracy against alpha for relu a
 Seeds 0-2 for softmax, relu at alpha 0 and 1 (phase A) and relu2 at alpha 0 and 1; seed 0
 elsewhere.
 
-    python -m big_vision_relu.sweep configs/study/fig2.py --list
+    python -m big_vision_relu.experiments.sweep configs/study/fig2.py --list
 """
-from big_vision_relu import fmnist
-from big_vision_relu.sweep import Run
+from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.sweep import Run
 
 FIGURE = fmnist.FIGURE
 

@@ -1,14 +1,13 @@
 r"""Figure 3 on Fashion-MNIST at L = 196: relu and relu2 at alpha 0, 1, 1.5 without qk-layernorm
 (the qk-LN-on twins are Figure 2's runs, trained once). Seed 0.
 
-    python -m big_vision_relu.sweep configs/study/fig3.py --list
+    python -m big_vision_relu.experiments.sweep configs/study/fig3.py --list
 """
-from big_vision_relu import fmnist
-from big_vision_relu.sweep import Run
+from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.sweep import Run
 
 FIGURE = fmnist.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  return [fmnist.run(attention=a, alpha=alpha, qk_norm=on) for a in ("relu", "relu2")
-          for alpha in fmnist.ABLATION_ALPHAS for on in (True, False)]
+  return fmnist.GRID.ablation("qk_norm", fmnist.ABLATION_ALPHAS)

@@ -26,7 +26,7 @@ Expected: being calibrated (docs/reproduction.md, 1.1 and 1.2: softmax at L = 19
 """
 import ml_collections
 
-from big_vision_relu import recipes
+from big_vision_relu.experiments import recipes
 from big_vision_relu.config import optional, parse_arg
 
 HEAD_DIM = 32

@@ -1,10 +1,10 @@
 r"""The held-out seed: relu/L at L = 196, seed 3, retrained from the pinned commit after phase A;
 it must land within mean +- 2 sd of its arm's seeds 0-2 (docs/reproduction.md, 1.2).
 
-    python -m big_vision_relu.sweep configs/study/held_out.py --list
+    python -m big_vision_relu.experiments.sweep configs/study/held_out.py --list
 """
-from big_vision_relu import fmnist
-from big_vision_relu.sweep import Run
+from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.sweep import Run
 
 FIGURE = fmnist.FIGURE
 

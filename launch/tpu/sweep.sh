@@ -6,11 +6,12 @@
 #   PROJECT=my-project ZONE=europe-west4-a BUCKET=my-bucket \
 #     bash launch/tpu/sweep.sh configs/paper/fig1.py --vms relu-a,relu-b [--dry-run]
 #
-# The runs come from `python -m big_vision_relu.sweep SWEEP_FILE --list`, run here (with
-# .venv/bin/python if there is one, else python3), as `<run id> <config>`. Run ids are stable,
-# and each run's workdir is gs://$BUCKET/runs/<run id>, whichever sweeps list it: a run shared by
-# several figures (Figure 3's qk-LN-on half is Figure 2's) trains once, and the second sweep
-# finds it finished (`python -m big_vision_relu.report --root gs://$BUCKET` reads the same paths).
+# The runs come from `python -m big_vision_relu.experiments.sweep SWEEP_FILE --list`, run here
+# (with .venv/bin/python if there is one, else python3), as `<run id> <config>`. Run ids are
+# stable, and each run's workdir is gs://$BUCKET/runs/<run id>, whichever sweeps list it: a run
+# shared by several figures (Figure 3's qk-LN-on half is Figure 2's) trains once, and the second
+# sweep finds it finished (`python -m big_vision_relu.experiments.report --root gs://$BUCKET`
+# reads the same paths).
 # One VM ($TPU_NAME): the runs go one after another. A loop script (~/sweeps/<sweep>.sh, shown by
 # --dry-run) is copied to every worker and started on all of them in the background; every
 # worker runs the same sequence, so each run is one multi-host job. Log: ~/logs/<sweep>.log on
@@ -56,7 +57,8 @@ need_gcloud
 
 # The runs: "<id>\t<config>" lines.
 python="$(local_python)"
-if ! listing="$(cd "${REPO_DIR}" && "${python}" -m big_vision_relu.sweep "${sweep_file}" --list)"; then
+if ! listing="$(cd "${REPO_DIR}" \
+                 && "${python}" -m big_vision_relu.experiments.sweep "${sweep_file}" --list)"; then
   die "could not list the runs of ${sweep_file} with ${python} (it needs Python >= 3.10 with absl-py: pip install absl-py, or create the repo's .venv with bash launch/test.sh)"
 fi
 ids=()

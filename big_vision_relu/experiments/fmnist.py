@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from big_vision_relu.sweep import FigureSpec, Grid, Run
+from big_vision_relu.experiments.sweep import FigureSpec, Grid, Run
 
 CONFIG = "configs/study/fmnist_vit.py"
 EPOCHS = 10  # the recipe's length (configs/study/fmnist_vit.py); calibration also runs 2x
@@ -50,7 +50,7 @@ def held_out() -> list[Run]:
   return [run(attention="relu", seed=HELD_OUT_SEED)]
 
 
-# (sweep file, {argument: value or tuple of values}), as big_vision_relu.study.plan reads them.
+# (sweep file, {argument: value or tuple of values}), as `study.plan` reads them.
 # Calibration's base runs are phase A's seed-0 runs; their 2x twins come right after.
 PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("configs/study/fig2.py", {"attention": ("softmax", "relu"), "alpha": 1.0, "seed": 0}),

@@ -1,6 +1,6 @@
 r"""Trivial baselines on a config's own data: what a trained model must beat to mean anything.
 
-    python -m big_vision_relu.baselines --config configs/study/fmnist_vit.py \
+    python -m big_vision_relu.experiments.baselines --config configs/study/fmnist_vit.py \
         --seeds 0,1,2 --out results/fmnist/baselines.json
 
 - Raw pixels, test accuracy: 1-nearest-neighbour (Euclidean) and a ridge classifier

@@ -1,10 +1,13 @@
-"""Pieces shared by the configs in configs/: the paper's datasets, pp strings, evaluators, and
-the `runlocal` shrink. (Config files are loaded by path, so they share code through here.)"""
+"""Pieces shared by the configs in configs/: the paper's datasets, pp strings, evaluators, alpha
+grid, and the `runlocal` shrink. (Config files are loaded by path, so they share code through
+here.) Each config sets its own optimizer, schedule and cadence: its whole recipe on one page."""
 from __future__ import annotations
 
 from typing import Any
 
 import ml_collections
+
+from big_vision_relu.experiments.sweep import Grid
 
 # The paper's 8 few-shot transfer datasets (10-shot linear probe, 3 seeds), for the `fewshot`
 # evaluator: short name -> (TFDS name, train split, test split). Splits follow big_vision's
@@ -32,6 +35,10 @@ I21K_NUM_CLASSES = 21843
 # plots run to 2): dense around the predicted optimum 1, both ends included.
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 ALPHA_SWEEP_VARIANTS = ("S/32", "S/16", "S/8")
+# The paper's ImageNet-21k runs with every argument of Figures 1-4 spelled out, in one order
+# (one run id per run, whichever figure lists it); Figures 3 and 4 are its ablations.
+I21K_GRID = Grid("configs/vit_i21k.py", dict(variant="B/16", attention="relu", alpha=1.0,
+                                             qk_norm=True, gated=False))
 
 # Training split sizes of the recipes (TFDS), to turn epochs into steps without the data:
 # fall-2011 ImageNet-21k minus the 51,200 held-out images; 99% of imagenet2012 train; the
@@ -82,34 +89,6 @@ def fewshot_eval(datasets: dict, size: int, batch_size: int, *, channels: int = 
 # for the paper's 10-shot linear transfer.
 MNIST_PP = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
 DIGITS_FEWSHOT = {"digits": ("digits", "train", "test")}
-
-
-def set_mnist_optimizer(config: ml_collections.ConfigDict) -> None:
-  """The optimizer of the offline MNIST recipes, tuned here for 4,000 images (lr 3e-3, 5%
-  warmup; see configs/local/mnist_relu.py): softmax cross-entropy, Adam without the bf16
-  moment, clip 1.0, decoupled weight decay 1e-4, cosine to 0."""
-  config.loss = "softmax_xent"
-  config.optax_name = "scale_by_adam"
-  config.optax = dict(b1=0.9, b2=0.999)
-  config.lr = 3e-3
-  config.wd = 1e-4
-  config.grad_clip_norm = 1.0
-  config.schedule = dict(warmup_percent=0.05, decay_type="cosine")
-
-
-def set_optimizer_and_cadence(config: ml_collections.ConfigDict, *, fsdp: bool) -> None:
-  """big_vision's ViT optimizer (both recipes), sharding, and log/checkpoint cadence."""
-  config.optax_name = "scale_by_adam"
-  config.optax = dict(b1=0.9, b2=0.999, mu_dtype="bfloat16")
-  config.grad_clip_norm = 1.0
-  config.lr = 1e-3
-  config.wd = 1e-4  # decoupled, not multiplied by lr: AdamW's 0.1
-  config.schedule = dict(warmup_steps=10_000, decay_type="cosine")
-  if fsdp:
-    config.sharding_strategy = [(".*", 'fsdp(axis="data")')]
-  config.log_training_steps = 50
-  config.ckpt_steps = 1000
-  config.keep_ckpt_steps = 10_000
 
 
 def local_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

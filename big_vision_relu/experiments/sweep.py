@@ -6,24 +6,24 @@ names the run's workdir: `<workdir_root>/runs/<run id>`, one per run id whicheve
 it (Figure 3's qk-LN-on half and Figure 1's S runs are Figure 2's runs: trained once, found by
 every figure's report; `launch/tpu/sweep.sh` writes the same paths).
 
-    python -m big_vision_relu.sweep configs/paper/fig2.py --list
-    python -m big_vision_relu.sweep configs/paper/fig2.py --run i21k-S16-relu-a1-qkln --workdir_root DIR
+    python -m big_vision_relu.experiments.sweep configs/paper/fig2.py --list
+    python -m big_vision_relu.experiments.sweep configs/paper/fig2.py \
+        --run i21k-S16-relu-a1-qkln --workdir_root DIR
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ml_collections
 from absl import app, flags
-
-from big_vision_relu import recipes
 
 
 def _short(key: str, value: Any) -> str:
@@ -79,15 +79,14 @@ class Grid:
       values["alpha"] = self.defaults["alpha"]
     return Run(self.config, values)
 
-
-def relu_ablation(flag: str) -> list[Run]:
-  """Figures 3 and 4: relu and relu2 over the alpha grid for S/32, S/16, S/8 on ImageNet-21k,
-  with `flag` ('qk_norm' or 'gated') on and off; the other flag as in the main runs."""
-  base = dict(qk_norm=True, gated=False)
-  return [Run("configs/vit_i21k.py", {**dict(variant=v, attention=a, alpha=alpha), **base,
-                                       flag: on})
-          for v in recipes.ALPHA_SWEEP_VARIANTS for a in ("relu", "relu2")
-          for alpha in recipes.ALPHAS for on in (True, False)]
+  def ablation(self, flag: str, alphas: Sequence[float], **panels: Sequence[Any]) -> list[Run]:
+    """Figures 3 and 4: relu and relu2 at each of `alphas` with `flag` ('qk_norm' or 'gated')
+    on and off, for every combination of the `panels` arguments' values (e.g.
+    `variant=("S/32", "S/16")`, the figure's columns); the other arguments at their defaults."""
+    return [self.run(**dict(zip(panels, values, strict=True)), attention=attention, alpha=alpha,
+                     **{flag: on})
+            for values in itertools.product(*panels.values())
+            for attention in ("relu", "relu2") for alpha in alphas for on in (True, False)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,8 +161,8 @@ def sweep_link(root: str, path: str, run: Run) -> str:
 
 def main(argv: list[str]) -> None:
   if len(argv) != 2:
-    raise app.UsageError("Usage: python -m big_vision_relu.sweep SWEEP_FILE (--list | --run ID "
-                         "--workdir_root DIR)")
+    raise app.UsageError("Usage: python -m big_vision_relu.experiments.sweep SWEEP_FILE "
+                         "(--list | --run ID --workdir_root DIR)")
   path = argv[1]
   runs = load_sweep(path)
   if FLAGS.list:

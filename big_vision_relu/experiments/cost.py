@@ -1,7 +1,7 @@
 r"""Compute estimates for a sweep: training FLOPs from the model shape and the step count, and
 TPU core hours under a stated peak and model FLOP utilisation (MFU).
 
-    python -m big_vision_relu.cost configs/paper/fig1.py [--peak_tflops 61.5 --mfu 0.4]
+    python -m big_vision_relu.experiments.cost configs/paper/fig1.py [--peak_tflops 61.5 --mfu 0.4]
 
 These are ESTIMATES, not measurements: FLOPs are counted analytically (matmuls only: patch
 embedding, q/k/v/out and gate projections, q.k and weights.v, MLP, head; x3 for forward +
@@ -15,8 +15,7 @@ import math
 
 from absl import app, flags
 
-from big_vision_relu import recipes
-from big_vision_relu import sweep
+from big_vision_relu.experiments import recipes, sweep
 from big_vision_relu.models import vit
 
 def forward_flops_per_image(model_kwargs: dict, image_size: int = 224, channels: int = 3,

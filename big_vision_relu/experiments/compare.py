@@ -1,11 +1,11 @@
 r"""Is a difference between two sets of runs beyond seed noise? The numbers behind the verdicts
 of docs/reproduction.md.
 
-    python -m big_vision_relu.compare --sweep configs/repro/fig2.py --root results/repro \
-        --a patch=2,attention=relu,alpha=1 --b patch=2,attention=softmax
-    python -m big_vision_relu.compare --sweep configs/repro/fig3.py --root results/repro \
-        --a patch=4,attention=relu,qk_norm=False --b patch=4,attention=relu,qk_norm=True \
-        --paired_by alpha
+    python -m big_vision_relu.experiments.compare --sweep configs/repro/fig2.py \
+        --root results/repro --a patch=2,attention=relu,alpha=1 --b patch=2,attention=softmax
+    python -m big_vision_relu.experiments.compare --sweep configs/repro/fig3.py \
+        --root results/repro --a patch=4,attention=relu,qk_norm=False \
+        --b patch=4,attention=relu,qk_norm=True --paired_by alpha
 
 `--a` and `--b` select the finished runs of the sweep whose args have those values (key=value,
 comma-separated). Without `--paired_by`, each side must be one group of runs that differ only in
@@ -28,15 +28,15 @@ from typing import Any
 
 from absl import app, flags
 
-from big_vision_relu import report
-from big_vision_relu import sweep as sweep_lib
+from big_vision_relu.experiments import run_status, stats
+from big_vision_relu.experiments import sweep as sweep_lib
 
 
 @dataclasses.dataclass(frozen=True)
 class Difference:
   """a - b of one metric between two groups of runs."""
-  a: report.Stat
-  b: report.Stat
+  a: stats.Stat
+  b: stats.Stat
   diff: float  # mean of a - mean of b
   se: float | None  # sqrt(s_a²/n_a + s_b²/n_b); None when a side has fewer than 2 runs
 
@@ -70,25 +70,25 @@ def _matches(value: Any, text: str) -> bool:
   return str(value) == text
 
 
-def _check_known(rows: Sequence[report.Row], keys: Iterable[str]) -> None:
+def _check_known(rows: Sequence[run_status.Row], keys: Iterable[str]) -> None:
   known = {k for r in rows for k in r.args}
   unknown = sorted(set(keys) - known)
   if unknown:
     raise ValueError(f"Unknown run arguments {unknown}; the sweep's are {sorted(known)}.")
 
 
-def select(rows: Sequence[report.Row], selection: Mapping[str, str]) -> list[report.Row]:
+def select(rows: Sequence[run_status.Row], selection: Mapping[str, str]) -> list[run_status.Row]:
   """The finished rows whose args match every key=value of `selection`."""
   _check_known(rows, selection)
   return [r for r in rows if r.status == "finished"
           and all(k in r.args and _matches(r.args[k], v) for k, v in selection.items())]
 
 
-def one_group(rows: Sequence[report.Row], what: str) -> report.Group:
+def one_group(rows: Sequence[run_status.Row], what: str) -> stats.Group:
   """The single seed group of `rows`; a ValueError naming the args that vary otherwise."""
   if not rows:
     raise ValueError(f"{what}: no finished run matches.")
-  groups = report.group_rows(rows)
+  groups = stats.group_rows(rows)
   if len(groups) > 1:
     varying = sorted({k for g in groups for k, v in g.args.items()
                       if v != groups[0].args.get(k)})
@@ -99,7 +99,7 @@ def one_group(rows: Sequence[report.Row], what: str) -> report.Group:
 
 def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
   """a - b with its standard error (Welch's: the sides' variances are not assumed equal)."""
-  stat_a, stat_b = report.summarize(a), report.summarize(b)
+  stat_a, stat_b = stats.summarize(a), stats.summarize(b)
   if stat_a is None or stat_b is None:
     raise ValueError("Both sides need at least one value.")
   se = (None if stat_a.std is None or stat_b.std is None
@@ -107,14 +107,14 @@ def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
   return Difference(stat_a, stat_b, stat_a.mean - stat_b.mean, se)
 
 
-def compare(rows: Sequence[report.Row], a: Mapping[str, str], b: Mapping[str, str],
+def compare(rows: Sequence[run_status.Row], a: Mapping[str, str], b: Mapping[str, str],
             metric: str) -> Difference:
   """`metric` of the seed group selected by `a` minus that of the one selected by `b`."""
   return difference(one_group(select(rows, a), f"--a {a}").values(metric),
                     one_group(select(rows, b), f"--b {b}").values(metric))
 
 
-def compare_paired(rows: Sequence[report.Row], a: Mapping[str, str], b: Mapping[str, str],
+def compare_paired(rows: Sequence[run_status.Row], a: Mapping[str, str], b: Mapping[str, str],
                    metric: str, paired_by: str) -> dict[Any, Difference]:
   """{value of `paired_by`: a - b among the runs with that value}, for the values both sides
   have, in the order of the sweep."""
@@ -136,7 +136,7 @@ def compare_paired(rows: Sequence[report.Row], a: Mapping[str, str], b: Mapping[
   return pairs
 
 
-def _stat_text(stat: report.Stat) -> str:
+def _stat_text(stat: stats.Stat) -> str:
   spread = "" if stat.std is None else f" ± {stat.std:.4f}"
   return f"{stat.mean:.4f}{spread} ({stat.n})"
 
@@ -160,7 +160,7 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments {argv[1:]}.")
   spec = sweep_lib.load_figure_spec(FLAGS.sweep)
-  rows = report.collect(FLAGS.sweep, FLAGS.root, spec)
+  rows = run_status.collect(FLAGS.sweep, FLAGS.root, spec)
   try:
     a, b = parse_selection(FLAGS.a), parse_selection(FLAGS.b)
     for metric in (spec.accuracy_metric, spec.fewshot_metric):

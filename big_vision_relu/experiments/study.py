@@ -1,36 +1,40 @@
 r"""Runs a study (a plan of phases of sweep runs) to completion, across sessions.
 
-    python -m big_vision_relu.study --plan fmnist --root workdirs/fmnist \
+    python -m big_vision_relu.experiments.study --plan fmnist --root workdirs/fmnist \
         --archive results/fmnist --commit COMMIT      # run / resume, trainers pinned to COMMIT
-    python -m big_vision_relu.study --plan repro --root workdirs/repro --archive results/repro
+    python -m big_vision_relu.experiments.study --plan repro --root workdirs/repro \
+        --archive results/repro
     bash launch/study.sh fmnist / bash launch/repro.sh    # the same, in the background
 
-Plans: `repro` (the MNIST-5k study, big_vision_relu.repro) and `fmnist` (the Fashion-MNIST
-study, big_vision_relu.fmnist). The plan is its PHASES in order, each run once (a run shared by
-several figures is trained once, in `<root>/runs/<run id>`). `--workers` runs train in parallel,
-each pinned to its own CPU core (on this 2-core machine two pinned runs do ~20% more work than one
+Plans: `repro` (the MNIST-5k study, `experiments.repro`) and `fmnist` (the Fashion-MNIST study,
+`experiments.fmnist`). The plan is its PHASES in order, each run once (a run shared by several
+figures is trained once, in `<root>/runs/<run id>`). `--workers` runs train in parallel, each
+pinned to its own CPU core (on this 2-core machine two pinned runs do ~20% more work than one
 run on both cores, and a run's core hours are then its own CPU time).
 
 The archive (`--archive`; launch/repro.sh gives results/repro, committed to the repository):
 when a run is done the study copies its results, config.json, metrics.jsonl and DIVERGED if
-any, but no checkpoints, to `<archive>/runs/<run id>`, which is where `big_vision_relu.report
---root <archive>` looks (sweep.workdir), and links it from each of its sweeps' directories
-`<archive>/<sweep>/<run id>` for browsing. The study may take more sessions than a workdir
-lives: a run in the archive is never trained again, whatever became of `<root>`.
+any, but no checkpoints, to `<archive>/runs/<run id>`, which is where
+`big_vision_relu.experiments.report --root <archive>` looks (sweep.workdir), and links it from
+each of its sweeps' directories `<archive>/<sweep>/<run id>` for browsing. The study may take
+more sessions than a workdir lives: a run in the archive is never trained again, whatever became
+of `<root>`.
 
 Pinned code (`--commit`): the trainers run from a git worktree of this repository at that commit
 (`<root>/code`, made on first use), so changes on main never change a study mid-way; a worktree
-at another commit is an error, not replaced. The archive's `study.json` records the commit and
+at another commit is an error, not replaced. Only `python -m big_vision_relu.train` runs there
+(a module path every commit has); the study itself and the launcher `pinned.py` run from this
+checkout. The archive's `study.json` records the commit and
 the first start refuses any other; each archived run gets `provenance.json` (the commit and the
 machine: CPU model, cores, JAX backend and device kind).
 
 Stopping and resuming: a run is done when it is in the archive, or when its metrics reach its
-last step (report's rule), or when its trainer stopped on a non-finite loss (the study then
+last step (`run_status`'s rule), or when its trainer stopped on a non-finite loss (the study then
 writes `DIVERGED` into its workdir: a result, not retried). Anything else is (re)started; the
 trainer resumes it from its last checkpoint in `<root>`. SIGTERM / SIGINT
 to the study are passed to the running trainers, which checkpoint and exit; if the study dies
 without that, the kernel sends its trainers SIGTERM (PR_SET_PDEATHSIG, set by
-big_vision_relu.pinned, which starts each trainer on its core). A lock file keeps a
+`pinned.py`, which starts each trainer on its core). A lock file keeps a
 second study from training the same runs. A run that fails is logged and skipped until the next
 start of the study (its log: `<root>/runs/<run id>/train.log`).
 """
@@ -53,12 +57,16 @@ from typing import Any
 
 from absl import app, flags, logging
 
-from big_vision_relu import fmnist, report, repro
-from big_vision_relu import sweep as sweep_lib
+from big_vision_relu.experiments import fmnist, repro, run_status
+from big_vision_relu.experiments import sweep as sweep_lib
 
 PLANS = {"repro": repro, "fmnist": fmnist}
 STUDY_FILE = "study.json"  # in the archive: the plan and the pinned commit
 PROVENANCE_FILE = "provenance.json"  # in each archived run
+# The trainers' launcher, run as a file of this checkout in isolated mode (-I: neither PYTHONPATH
+# nor the script's directory on sys.path), not by module path from the trainer's tree: a pinned
+# worktree at an older commit has it elsewhere (big_vision_relu/pinned.py), or not at all.
+PINNED_LAUNCHER = (sys.executable, "-I", str(pathlib.Path(__file__).with_name("pinned.py")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,16 +101,17 @@ def plan(phases: Sequence[tuple[str, dict[str, Any]]]) -> list[PlannedRun]:
 
 
 def check_totals_known(planned: Sequence[PlannedRun], extra_config_args: str = "") -> None:
-  """Raises ValueError unless every run's total steps follow from its config (report's rule).
+  """Raises ValueError unless every run's total steps follow from its config
+  (`run_status.total_steps`).
 
-  The study archives a run when its metrics reach that total; without it the report can only
+  The study archives a run when its metrics reach that total; without it `run_status` can only
   guess from the evaluators (a run stopped right after a step where all were due would look
   finished), so a study never starts on such a guess.
   """
   for item in planned:
     config_arg = item.run.config_arg + (f",{extra_config_args}" if extra_config_args else "")
     config = json.loads(sweep_lib.load_config_file(config_arg).to_json_best_effort())
-    if report.total_steps(config) is None:
+    if run_status.total_steps(config) is None:
       data = config.get("input", {}).get("data", {})
       raise ValueError(f"{item.run.run_id}: its total steps are unknown without reading the "
                        f"dataset; add {(data.get('name'), data.get('split'))} with its size to "
@@ -114,8 +123,8 @@ def run_dir(root: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
 
 
 DONE = ("finished", "diverged")
-# What the archive keeps of a run (big_vision_relu.report reads these; checkpoints stay behind).
-ARCHIVED_FILES = ("config.json", "metrics.jsonl", report.DIVERGED_FILE)
+# What the archive keeps of a run (the reports read these; checkpoints stay behind).
+ARCHIVED_FILES = ("config.json", "metrics.jsonl", run_status.DIVERGED_FILE)
 
 
 def archived_dir(archive: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
@@ -124,9 +133,9 @@ def archived_dir(archive: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
 
 def status(root: pathlib.Path, archive: pathlib.Path, run: sweep_lib.Run) -> str:
   """'finished' or 'diverged' if the run is done (archived, or done in its workdir), else the
-  workdir's 'running' (started) or 'missing' (report's rules)."""
-  archived = report.collect_run(run, archived_dir(archive, run)).status
-  return archived if archived in DONE else report.collect_run(run, run_dir(root, run)).status
+  workdir's 'running' (started) or 'missing' (`run_status`'s rules)."""
+  archived = run_status.collect_run(run, archived_dir(archive, run)).status
+  return archived if archived in DONE else run_status.collect_run(run, run_dir(root, run)).status
 
 
 def machine() -> dict[str, Any]:
@@ -197,9 +206,9 @@ class Study:
     self.failed: list[str] = []
 
   def command(self, run: sweep_lib.Run, core: int | None) -> list[str]:
-    """The trainer of `run`, started through big_vision_relu.pinned on `core`."""
+    """The trainer of `run`, started through this checkout's `pinned.py` on `core`."""
     config = run.config_arg + (f",{self.extra_config_args}" if self.extra_config_args else "")
-    pinned = [sys.executable, "-m", "big_vision_relu.pinned", f"--niceness={self.niceness}"]
+    pinned = [*PINNED_LAUNCHER, f"--niceness={self.niceness}"]
     if core is not None:
       pinned.append(f"--core={core}")
     return [*pinned, "--", sys.executable, "-m", "big_vision_relu.train", "--config", config,
@@ -238,7 +247,7 @@ class Study:
     elif self._stopping.is_set():
       logging.info("stopped %s (%s; resumes from its checkpoint)", item.run.run_id, state)
     elif diverged := _nonfinite_error(workdir / "train.log"):
-      (workdir / report.DIVERGED_FILE).write_text(diverged + "\n")
+      (workdir / run_status.DIVERGED_FILE).write_text(diverged + "\n")
       archive_run(self.root, self.archive, item, self.provenance)
       logging.warning("DIVERGED %s (not retried): %s", item.run.run_id, diverged)
     else:
@@ -250,9 +259,9 @@ class Study:
     todo: queue.Queue[PlannedRun] = queue.Queue()
     pending = []
     for item in self.planned:
-      if report.collect_run(item.run, archived_dir(self.archive, item.run)).status in DONE:
+      if run_status.collect_run(item.run, archived_dir(self.archive, item.run)).status in DONE:
         continue
-      if report.collect_run(item.run, run_dir(self.root, item.run)).status in DONE:
+      if run_status.collect_run(item.run, run_dir(self.root, item.run)).status in DONE:
         archive_run(self.root, self.archive, item, self.provenance)  # done before a stop
       else:
         pending.append(item)
@@ -283,7 +292,7 @@ def pinned_worktree(root: pathlib.Path, archive: pathlib.Path, plan_name: str,
   """(`<root>/code`, the full commit): a detached git worktree of this repository at `commit`,
   made if missing. The archive's study.json pins the study to its first commit: another commit,
   or a worktree at another commit, raises SystemExit saying what to do."""
-  repo = pathlib.Path(__file__).resolve().parents[1]
+  repo = pathlib.Path(__file__).resolve().parents[2]
 
   def git(*args: str, cwd: pathlib.Path = repo) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
@@ -333,10 +342,10 @@ def print_status(root: pathlib.Path, archive: pathlib.Path, planned: Sequence[Pl
                  phases: Sequence[tuple[str, dict[str, Any]]]) -> None:
   counts: dict[int, dict[str, int]] = {}
   for item in planned:
-    phase = counts.setdefault(item.phase, dict.fromkeys(report.STATUSES, 0))
+    phase = counts.setdefault(item.phase, dict.fromkeys(run_status.STATUSES, 0))
     phase[status(root, archive, item.run)] += 1
   for index, (path, selection) in enumerate(phases):
-    c = counts.get(index, dict.fromkeys(report.STATUSES, 0))
+    c = counts.get(index, dict.fromkeys(run_status.STATUSES, 0))
     print(f"phase {index}: {path} {selection or 'all'}: {sum(c.values())} new runs, "
           f"{c['finished']} finished, {c['diverged']} diverged, {c['running']} started, "
           f"{c['missing']} not started")

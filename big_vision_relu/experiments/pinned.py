@@ -1,12 +1,14 @@
 """Runs a command on one CPU core, niced, and sends it SIGTERM when its parent dies.
 
-    python -m big_vision_relu.pinned --core 0 --niceness 10 -- COMMAND [ARG...]
+    python -m big_vision_relu.experiments.pinned --core 0 --niceness 10 -- COMMAND [ARG...]
 
-The study starts every trainer through this module. The set-up happens here, in a fresh
-single-threaded process that then execs COMMAND (affinity, niceness and the parent-death
-signal survive exec), and not between fork and exec of the study itself: the study has threads,
-and Python code run in the child of a threaded process before exec (subprocess's `preexec_fn`)
-is not fork-safe (JAX, when loaded, warns of a possible deadlock).
+The study starts every trainer through this file, run from its own checkout whatever commit the
+trainers are pinned to (`study.PINNED_LAUNCHER`), so it imports nothing of big_vision_relu. The
+set-up happens here, in a fresh single-threaded process that then execs COMMAND (affinity,
+niceness and the parent-death signal survive exec), and not between fork and exec of the study
+itself: the study has threads, and Python code run in the child of a threaded process before
+exec (subprocess's `preexec_fn`) is not fork-safe (JAX, when loaded, warns of a possible
+deadlock).
 """
 from __future__ import annotations
 
@@ -34,8 +36,8 @@ def pin(core: int | None, niceness: int) -> None:
 def main(argv: list[str]) -> None:
   command = argv[1:]  # absl stops parsing flags at '--'
   if not command:
-    raise app.UsageError("No command to run: python -m big_vision_relu.pinned [--core N] "
-                         "[--niceness N] -- COMMAND [ARG...]")
+    raise app.UsageError("No command to run: python -m big_vision_relu.experiments.pinned "
+                         "[--core N] [--niceness N] -- COMMAND [ARG...]")
   pin(FLAGS.core, FLAGS.niceness)
   os.execvp(command[0], command)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from big_vision_relu import recipes
-from big_vision_relu.sweep import FigureSpec, Grid, Run
+from big_vision_relu.experiments import recipes
+from big_vision_relu.experiments.sweep import FigureSpec, Grid, Run
 
 CONFIG = "configs/repro/mnist_vit.py"
 SIZES = ("Ti", "S", "B")  # Figure 1's model sizes; Figures 2-4 use S
@@ -39,14 +39,6 @@ def run(**args: Any) -> Run:
   """A run of the study: `args` override the defaults (S, patch 4, relu, alpha 1, qk-LN on,
   no gate, seed 0). Softmax takes no alpha, so its alpha is always 1 (one run id)."""
   return GRID.run(**args)
-
-
-def ablation(flag: str) -> list[Run]:
-  """Figures 3 and 4: relu and relu2 over ALPHAS with `flag` ('qk_norm' or 'gated') on and off,
-  the S model at both patch sizes, seed 0."""
-  return [run(patch=patch, attention=attention, alpha=alpha, **{flag: on})
-          for patch in PATCHES for attention in ("relu", "relu2") for alpha in ALPHAS
-          for on in (True, False)]
 
 
 # The study's order: (sweep file, {argument: value or tuple of values}) selects that sweep's
