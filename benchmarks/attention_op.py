@@ -16,6 +16,7 @@ import functools
 import jax
 
 from big_vision_relu.models import attention as attn
+from big_vision_relu.models import blockwise
 
 import common
 
@@ -25,10 +26,10 @@ HEAD_DIM = 64
 def implementations(block_size: int) -> dict:
   relu = dict(activation="relu", seqlen_alpha=1.0)
   return {
-      "relu/L dense": functools.partial(attn.pointwise_attention, **relu),
-      "relu/L chunked": functools.partial(attn.chunked_pointwise_attention, **relu,
+      "relu/L dense": functools.partial(attn.dot_product_attention, **relu),
+      "relu/L chunked": functools.partial(blockwise.chunked_pointwise_attention, **relu,
                                           block_size=block_size),
-      "softmax dense (XLA)": functools.partial(attn.pointwise_attention, activation="softmax"),
+      "softmax dense (XLA)": functools.partial(attn.dot_product_attention, activation="softmax"),
       "jax.nn.dot_product_attention": functools.partial(jax.nn.dot_product_attention,
                                                         implementation="xla"),
   }

@@ -43,6 +43,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from big_vision_relu import sharding  # noqa: E402
 from big_vision_relu.models import attention as attn  # noqa: E402
+from big_vision_relu.models import blockwise  # noqa: E402
 
 import common  # noqa: E402
 
@@ -56,7 +57,7 @@ def all_gather_attention(mesh, activation: str):
   """The baseline: each device gathers every key and value, then attends densely."""
   def local(q, k, v):
     k, v = (jax.lax.all_gather(x, SEQ, axis=1, tiled=True) for x in (k, v))
-    return attn.pointwise_attention(q, k, v, activation=activation, seqlen_alpha=1.0)
+    return attn.dot_product_attention(q, k, v, activation=activation, seqlen_alpha=1.0)
   spec = P(None, SEQ)
   return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec)
 
@@ -143,8 +144,8 @@ def main() -> None:
 
   impls = {
       "relu/L seq_parallel (ring)": functools.partial(
-          attn.seq_parallel_pointwise_attention, activation="relu", seqlen_alpha=1.0, mesh=mesh,
-          block_size=args.block_size),
+          blockwise.seq_parallel_pointwise_attention, activation="relu", seqlen_alpha=1.0,
+          mesh=mesh, block_size=args.block_size),
       "softmax all-gather": all_gather_attention(mesh, "softmax"),
       "relu/L all-gather": all_gather_attention(mesh, "relu"),
   }

@@ -49,7 +49,8 @@ import optax
 from jax import lax
 
 from big_vision_relu.models import attention as attn
-from big_vision_relu.models import vit
+from big_vision_relu.models import blockwise, vit
+from big_vision_relu.models.pallas_attention import pallas_pointwise_attention
 
 import common
 from attention_op import forward_backward
@@ -65,9 +66,9 @@ def implementations(block_size: int, chunk_size: int, softmax: str) -> dict[str,
   """{name: attention(q, k, v)} of the op table; `softmax`: dot_product_attention's backend."""
   relu = dict(activation="relu", seqlen_alpha=1.0)
   return {
-      PALLAS: functools.partial(attn.pallas_pointwise_attention, **relu, block_size=block_size),
-      DENSE: functools.partial(attn.pointwise_attention, **relu),
-      CHUNKED: functools.partial(attn.chunked_pointwise_attention, **relu,
+      PALLAS: functools.partial(pallas_pointwise_attention, **relu, block_size=block_size),
+      DENSE: functools.partial(attn.dot_product_attention, **relu),
+      CHUNKED: functools.partial(blockwise.chunked_pointwise_attention, **relu,
                                  block_size=chunk_size),
       f"softmax {softmax}": functools.partial(jax.nn.dot_product_attention,
                                               implementation=softmax),
@@ -140,11 +141,11 @@ def error_table(cases: Sequence[tuple[str, int]], heads: int, block_size: int,
     inputs = random_inputs(length + 1, (1, length, heads, HEAD_DIM), jnp.bfloat16)
     results = {}
     for name, fn, args in (
-        (PALLAS, functools.partial(attn.pallas_pointwise_attention, **kw,
+        (PALLAS, functools.partial(pallas_pointwise_attention, **kw,
                                    block_size=block_size), inputs),
-        ("naive bf16", functools.partial(attn.pointwise_attention, **kw, float32_scores=False),
+        ("naive bf16", functools.partial(attn.dot_product_attention, **kw, float32_scores=False),
          inputs),
-        ("float32", functools.partial(attn.chunked_pointwise_attention, **kw,
+        ("float32", functools.partial(blockwise.chunked_pointwise_attention, **kw,
                                       precision=lax.Precision.HIGHEST),
          [x.astype(jnp.float32) for x in inputs])):
       compiled, _, status = compile_or_skip(forward_backward(fn), args, max_peak_gib)

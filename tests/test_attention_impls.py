@@ -17,7 +17,9 @@ from big_vision_relu import sharding
 from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 from big_vision_relu.models import attention as attn
-from big_vision_relu.models import vit
+from big_vision_relu.models import blockwise, vit
+from big_vision_relu.models.attention import AttentionOptions
+from big_vision_relu.models.multihead import MultiHeadDotProductAttention
 
 from test_train import tiny_config
 
@@ -56,8 +58,8 @@ def test_chunked_equals_dense_outputs_and_grads(activation):
     results = []
     for alpha in ALPHAS:
       kw = dict(activation=activation, seqlen_alpha=alpha)
-      dense = lambda q, k, v, kw=kw: attn.pointwise_attention(q, k, v, **kw)  # noqa: E731
-      chunked = lambda q, k, v, kw=kw: attn.chunked_pointwise_attention(  # noqa: E731
+      dense = lambda q, k, v, kw=kw: attn.dot_product_attention(q, k, v, **kw)  # noqa: E731
+      chunked = lambda q, k, v, kw=kw: blockwise.chunked_pointwise_attention(  # noqa: E731
           q, k, v, block_size=4, **kw)  # 13 queries -> 4 blocks of 4; 11 keys -> 3 of 4
       results.append((outputs_and_grads(chunked, q, k, v, d_out),
                       outputs_and_grads(dense, q, k, v, d_out)))
@@ -70,13 +72,13 @@ def test_chunked_equals_dense_outputs_and_grads(activation):
 def test_chunked_keeps_batch_dims_dtype_and_blocks_within_block_size():
   q, k, v, _ = qkv(lq=9, lk=9)
   q, k, v = (x.reshape(1, 2, 9, 2, 4).astype(jnp.bfloat16) for x in (q, k, v))
-  out = jit(attn.chunked_pointwise_attention, static_argnames="block_size")(
+  out = jit(blockwise.chunked_pointwise_attention, static_argnames="block_size")(
       q, k, v, block_size=4)
   assert out.shape == (1, 2, 9, 2, 4) and out.dtype == jnp.bfloat16
-  dense = attn.pointwise_attention(q, k, v)
+  dense = attn.dot_product_attention(q, k, v)
   np.testing.assert_allclose(out.astype(np.float32), dense.astype(np.float32), atol=2e-2)
-  assert attn._block_len(197, 128) == (99, 198)  # equal blocks, least padding
-  assert attn._block_len(8192, 512) == (512, 8192)
+  assert blockwise.block_len(197, 128) == (99, 198)  # equal blocks, least padding
+  assert blockwise.block_len(8192, 512) == (512, 8192)
 
 
 def test_seq_parallel_equals_dense_on_8_devices():
@@ -90,9 +92,9 @@ def test_seq_parallel_equals_dense_on_8_devices():
     results = []
     for activation, alpha in (("relu", 1.0), ("gelu", 2.0)):
       kw = dict(activation=activation, seqlen_alpha=alpha)
-      ring = lambda q, k, v, kw=kw: attn.seq_parallel_pointwise_attention(  # noqa: E731
+      ring = lambda q, k, v, kw=kw: blockwise.seq_parallel_pointwise_attention(  # noqa: E731
           q, k, v, mesh=mesh, block_size=3, **kw)  # 4 local tokens -> 2 blocks of 2
-      dense = lambda q, k, v, kw=kw: attn.pointwise_attention(q, k, v, **kw)  # noqa: E731
+      dense = lambda q, k, v, kw=kw: attn.dot_product_attention(q, k, v, **kw)  # noqa: E731
       results.append((outputs_and_grads(ring, q, k, v, d_out),
                       outputs_and_grads(dense, q, k, v, d_out)))
     return results
@@ -104,10 +106,10 @@ def test_seq_parallel_equals_dense_on_8_devices():
 def test_seq_parallel_uses_the_context_mesh_and_needs_the_axis():
   q, k, v, _ = qkv(lq=8, lk=8)
   with jax.set_mesh(sharding.make_mesh(MESH_AXES)):
-    out = jit(attn.seq_parallel_pointwise_attention)(q, k, v)
-  assert_close(out, attn.pointwise_attention(q, k, v))
-  with pytest.raises(ValueError, match="needs a mesh with the sequence axis 'seq'"):
-    attn.seq_parallel_pointwise_attention(q, k, v, mesh=sharding.make_mesh([("data", -1)]))
+    out = jit(blockwise.seq_parallel_pointwise_attention)(q, k, v)
+  assert_close(out, attn.dot_product_attention(q, k, v))
+  with pytest.raises(ValueError, match="no sequence axis seq_axis='seq'"):
+    blockwise.seq_parallel_pointwise_attention(q, k, v, mesh=sharding.make_mesh([("data", -1)]))
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -125,8 +127,9 @@ def test_bad_impl_configs_raise(kw, match):
 def test_blockwise_paths_reject_masks_and_sown_weights():
   q, k, v, _ = qkv()
   with pytest.raises(ValueError, match="takes no mask"):
-    attn.chunked_pointwise_attention(q, k, v, mask=jnp.ones((13, 11), bool))
-  module = attn.MultiHeadDotProductAttention(num_heads=2, activation="relu", impl="chunked")
+    blockwise.chunked_pointwise_attention(q, k, v, mask=jnp.ones((13, 11), bool))
+  module = MultiHeadDotProductAttention(
+      num_heads=2, options=AttentionOptions(activation="relu", impl="chunked"))
   with pytest.raises(ValueError, match="sow_weights=True needs impl='dense'"):
     module.init(jax.random.PRNGKey(0), jnp.ones((1, 5, 8)), sow_weights=True)
 

@@ -16,6 +16,9 @@ import pytest
 
 from big_vision_relu.models import attention as attn
 from big_vision_relu.models import vit
+from big_vision_relu.models.attention import AttentionOptions
+from big_vision_relu.models.multihead import MultiHeadDotProductAttention
+from big_vision_relu.models.pallas_attention import pallas_pointwise_attention
 
 import numpy_reference as ref
 
@@ -69,17 +72,17 @@ def test_pallas_equals_dense_and_float64_in_float32_and_bfloat16(activation):
     for alpha in ALPHAS:
       kw = dict(activation=activation, seqlen_alpha=alpha)
       results[f"pallas {alpha}"] = output_and_grads(functools.partial(
-          attn.pallas_pointwise_attention, block_size=16, **kw), q, k, v, d_out)
+          pallas_pointwise_attention, block_size=16, **kw), q, k, v, d_out)
       results[f"dense {alpha}"] = output_and_grads(functools.partial(
-          attn.pointwise_attention, **kw), q, k, v, d_out)
+          attn.dot_product_attention, **kw), q, k, v, d_out)
     kw = dict(activation=activation, seqlen_alpha=1.5)
     results["pallas bf16"] = output_and_grads(functools.partial(
-        attn.pallas_pointwise_attention, block_size=16, **kw), qb, kb, vb, db)
+        pallas_pointwise_attention, block_size=16, **kw), qb, kb, vb, db)
     results["naive bf16"] = output_and_grads(functools.partial(
-        attn.pointwise_attention, float32_scores=False, **kw), qb, kb, vb, db)
+        attn.dot_product_attention, float32_scores=False, **kw), qb, kb, vb, db)
     # float32 on the bf16-rounded inputs: what the bf16 paths approximate.
     results["dense f32 of bf16"] = output_and_grads(functools.partial(
-        attn.pointwise_attention, **kw), *(x.astype(jnp.float32) for x in (qb, kb, vb, db)))
+        attn.dot_product_attention, **kw), *(x.astype(jnp.float32) for x in (qb, kb, vb, db)))
     return results
 
   results = run(q, k, v, d_out, qb, kb, vb, db)
@@ -107,7 +110,7 @@ def test_pallas_at_awkward_lengths_and_head_dims(activation, dtype, head_dim, lq
   scale is the true key length (alpha 1.5)."""
   q, k, v, d_out = qkv_dout(lq, lk, head_dim, dtype, h=1)
   got = jit(lambda *x: output_and_grads(functools.partial(
-      attn.pallas_pointwise_attention, activation=activation, seqlen_alpha=1.5,
+      pallas_pointwise_attention, activation=activation, seqlen_alpha=1.5,
       block_size=block_size), *x))(q, k, v, d_out)
   assert_close(got, float64_reference(q, k, v, d_out, activation, 1.5),
                1e-5 if dtype == jnp.float32 else 2e-2)
@@ -142,7 +145,7 @@ def test_pallas_kernels_lower_to_triton_for_a_gpu():
   every activation, bf16 and float32, head dims 64 and 128; compiled here they are the Pallas
   interpreter, with no Triton kernel."""
   def step(activation, q):
-    out, vjp = jax.vjp(functools.partial(attn.pallas_pointwise_attention,
+    out, vjp = jax.vjp(functools.partial(pallas_pointwise_attention,
                                          activation=activation), q, q, q)
     return out, vjp(out)
 
@@ -161,12 +164,13 @@ def test_pallas_kernels_lower_to_triton_for_a_gpu():
     (lambda q: vit.Model(3, variant="mu/8", attention="softmax",
                          attention_impl="pallas").validate(),
      "'chunked', 'seq_parallel' and 'pallas' with the pointwise ones"),
-    (lambda q: attn.pallas_pointwise_attention(q, q, q, mask=jnp.ones((5, 5), bool)),
+    (lambda q: pallas_pointwise_attention(q, q, q, mask=jnp.ones((5, 5), bool)),
      "attention_impl='pallas' takes no mask"),
-    (lambda q: attn.MultiHeadDotProductAttention(num_heads=2, activation="relu", impl="pallas")
+    (lambda q: MultiHeadDotProductAttention(
+        num_heads=2, options=AttentionOptions(activation="relu", impl="pallas"))
      .init(jax.random.PRNGKey(0), q[:, :, 0], mask=jnp.ones((5, 5), bool)),
      "attention_impl='pallas' takes no mask"),
-    (lambda q: attn.pallas_pointwise_attention(q, q, q, block_size=96),
+    (lambda q: pallas_pointwise_attention(q, q, q, block_size=96),
      "a power of two >= 16"),
 ])
 def test_pallas_rejects_softmax_masks_and_bad_tiles(call, match):

@@ -2,8 +2,9 @@
 
 With `attention='softmax'`, `qk_norm=False`, `gated=False` the parameters and the function are
 those of big_vision's ViT for the same options, so its released `.npz` checkpoints load
-(`load`). Our options select the attention of the encoder blocks (models/attention.py); the MAP
-head's pooling attention stays softmax, as the paper only changes the encoder's attention.
+(`load`). Our options select the attention of the encoder blocks (`attention.AttentionOptions`,
+built once from the flat keys below); the MAP head's pooling attention stays softmax, as the
+paper only changes the encoder's attention.
 
     model = Model(num_classes=1000, variant="S/16", attention="relu", qk_norm=True)
     logits, out = model.apply({"params": params}, images, train=False)  # images [n, h, w, 3]
@@ -21,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from big_vision_relu import sharding
 from big_vision_relu.models import attention as attn
+from big_vision_relu.models import multihead
 
 Array = jax.Array
 
@@ -42,7 +43,6 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
 }
 POOL_TYPES = ("gap", "tok", "map", "0", "none")
 POSEMB_TYPES = ("learn", "sincos2d")
-ATTENTION_IMPLS = attn.ATTENTION_IMPLS
 
 
 def decode_variant(variant: str) -> dict[str, Any]:
@@ -101,26 +101,16 @@ class Encoder1DBlock(nn.Module):
   num_heads: int
   dropout: float = 0.0
   dtype_mm: Any = jnp.float32
-  attention: str = "softmax"
-  seqlen_alpha: float = 1.0
-  qk_norm: bool = False
-  gated: bool = False
-  gate_activation: str = "none"
+  attention_options: attn.AttentionOptions = attn.AttentionOptions()
   sow_attention_weights: bool = False
-  attention_impl: str = "dense"
-  attention_block_size: int | None = None
-  mesh: jax.sharding.Mesh | None = None
-  seq_axis: str = "seq"
 
   @nn.compact
   def __call__(self, x: Array, deterministic: bool = True) -> tuple[Array, dict[str, Array]]:
     out = {}
     y = nn.LayerNorm()(x)
-    y = out["sa"] = attn.MultiHeadDotProductAttention(
-        num_heads=self.num_heads, activation=self.attention, seqlen_alpha=self.seqlen_alpha,
-        qk_norm=self.qk_norm, gated=self.gated, gate_activation=self.gate_activation,
-        dtype=self.dtype_mm, impl=self.attention_impl, block_size=self.attention_block_size,
-        mesh=self.mesh, seq_axis=self.seq_axis)(y, sow_weights=self.sow_attention_weights)
+    y = out["sa"] = multihead.MultiHeadDotProductAttention(
+        num_heads=self.num_heads, options=self.attention_options, dtype=self.dtype_mm)(
+            y, sow_weights=self.sow_attention_weights)
     y = nn.Dropout(rate=self.dropout)(y, deterministic)
     x = out["+sa"] = x + y
     y = nn.LayerNorm()(x)
@@ -140,13 +130,15 @@ class Encoder(nn.Module):
   scan: bool = False
   remat_policy: str = "nothing_saveable"
   dtype_mm: Any = jnp.float32
-  block_kw: Mapping[str, Any] = None  # attention options of Encoder1DBlock
+  attention_options: attn.AttentionOptions = attn.AttentionOptions()
+  sow_attention_weights: bool = False
 
   @nn.compact
   def __call__(self, x: Array, deterministic: bool = True) -> tuple[Array, dict[str, Any]]:
     out = {}
     block_kw = dict(mlp_dim=self.mlp_dim, num_heads=self.num_heads, dropout=self.dropout,
-                    dtype_mm=self.dtype_mm, **(self.block_kw or {}))
+                    dtype_mm=self.dtype_mm, attention_options=self.attention_options,
+                    sow_attention_weights=self.sow_attention_weights)
     if self.scan:
       # Remat only applies with scan (as in big_vision): the per-layer loop keeps activations.
       block = nn.remat(Encoder1DBlock, prevent_cse=False, static_argnums=(2,),
@@ -177,7 +169,7 @@ class MAPHead(nn.Module):
     n, _, width = x.shape
     probe = self.param("probe", nn.initializers.xavier_uniform(), (1, 1, width), x.dtype)
     probe = jnp.tile(probe, [n, 1, 1])
-    x = attn.MultiHeadDotProductAttention(num_heads=self.num_heads)(probe, x)
+    x = multihead.MultiHeadDotProductAttention(num_heads=self.num_heads)(probe, x)
     y = nn.LayerNorm()(x)
     x = x + MlpBlock(mlp_dim=self.mlp_dim)(y)
     return x[:, 0]
@@ -199,7 +191,7 @@ class _Model(nn.Module):
   scan: bool = False
   remat_policy: str = "nothing_saveable"
   dtype_mm: str = "float32"
-  # Ours: the encoder's attention.
+  # Ours: the encoder's attention (the flat keys of `attn.AttentionOptions.from_config`).
   attention: str = "softmax"
   seqlen_alpha: float = 1.0
   qk_norm: bool = False
@@ -213,36 +205,19 @@ class _Model(nn.Module):
   # collection (apply with mutable=["intermediates"]); no parameters, no change to the output.
   sow_attention_weights: bool = False
 
-  def attention_mesh(self) -> jax.sharding.Mesh | None:
-    """`mesh` as a Mesh: config.mesh-style axes [(name, size), ...] are built over all devices
-    (`sharding.make_mesh`, so it equals the trainer's mesh for the same axes)."""
-    if self.mesh is None or isinstance(self.mesh, jax.sharding.Mesh):
-      return self.mesh
-    return sharding.make_mesh(self.mesh)
-
-  def validate(self) -> None:
-    """Raises ValueError for bad options (also called at the start of every call)."""
-    attn.validate_attention(self.attention, self.seqlen_alpha)
-    if self.gate_activation not in attn.GATE_ACTIVATIONS:
-      raise ValueError(f"Unknown gate_activation {self.gate_activation!r}; valid choices: "
-                       f"{', '.join(attn.GATE_ACTIVATIONS)}.")
-    if self.gate_activation != "none" and not self.gated:
-      raise ValueError(f"gate_activation={self.gate_activation!r} has no effect without "
-                       "gated=True; set gated=True or drop gate_activation.")
+  def validate(self) -> attn.AttentionOptions:
+    """Raises ValueError for bad options (also called at the start of every call); returns the
+    encoder's attention options, built from the flat fields (which validates them)."""
     if self.pool_type not in POOL_TYPES:
       raise ValueError(f"Unknown pool_type {self.pool_type!r}; valid: {', '.join(POOL_TYPES)}.")
     if self.posemb not in POSEMB_TYPES:
       raise ValueError(f"Unknown posemb {self.posemb!r}; valid: {', '.join(POSEMB_TYPES)}.")
-    attn.validate_attention_impl(self.attention_impl, self.attention)
-    mesh = self.attention_mesh()
-    if mesh is not None and self.seq_axis not in mesh.axis_names:
-      raise ValueError(f"model.mesh has no sequence axis seq_axis={self.seq_axis!r} (axes: "
-                       f"{', '.join(mesh.axis_names)}).")
+    return attn.AttentionOptions.from_config({key: getattr(self, key) for key in attn.CONFIG_KEYS})
 
   @nn.compact
   def __call__(self, image: Array, *, train: bool = False) -> tuple[Array, dict[str, Any]]:
     """image `[n, h, w, c]` -> (logits `[n, num_classes]` (or the representation), out)."""
-    self.validate()
+    attention_options = self.validate()
     out = {}
     dtype_mm = jnp.dtype(self.dtype_mm)
     x = out["stem"] = nn.Conv(self.width, tuple(self.patch_size), strides=tuple(self.patch_size),
@@ -264,13 +239,7 @@ class _Model(nn.Module):
     x, out["encoder"] = Encoder(
         depth=self.depth, mlp_dim=self.mlp_dim or 4 * self.width, num_heads=self.num_heads,
         dropout=self.dropout, scan=self.scan, remat_policy=self.remat_policy, dtype_mm=dtype_mm,
-        block_kw=dict(attention=self.attention, seqlen_alpha=self.seqlen_alpha,
-                      qk_norm=self.qk_norm, gated=self.gated,
-                      gate_activation=self.gate_activation,
-                      sow_attention_weights=self.sow_attention_weights,
-                      attention_impl=self.attention_impl,
-                      attention_block_size=self.attention_block_size,
-                      mesh=self.attention_mesh(), seq_axis=self.seq_axis),
+        attention_options=attention_options, sow_attention_weights=self.sow_attention_weights,
         name="Transformer")(x, deterministic=not train)
     encoded = out["encoded"] = x
 
@@ -317,7 +286,8 @@ def Model(num_classes: int | None = None, *, variant: str | None = None,  # noqa
   mesh and seq_axis (seq_parallel splits the sequence over the mesh axis seq_axis, 'seq' by
   default; mesh is a Mesh or config.mesh-style axes such as [('data', 2), ('seq', 4)], None =
   the context mesh of jax.set_mesh), sow_attention_weights (inspection: see `_Model`; dense
-  only). Explicit keywords override the variant's values.
+  only). Explicit keywords override the variant's values. The attention keywords become one
+  `attention.AttentionOptions` (`attention.CONFIG_KEYS`), validated by `_Model.validate`.
   """
   return _Model(num_classes=num_classes, **{**(decode_variant(variant) if variant else {}), **kw})
 
