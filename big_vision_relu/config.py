@@ -1,36 +1,28 @@
-"""Config helpers: `file.py:key=value` arguments, optional fields, duration keys, validation.
+"""Config helpers: `file.py:key=value` arguments, optional fields, duration keys, the schema.
 
 Configs are ml_collections ConfigDicts built by `get_config(arg)` in a python file; the trainer
 validates them here before anything compiles, so a typo fails in a second, not after an hour.
 A field whose value is None means "unset" everywhere (the same as a missing key).
+`TRAIN_SCHEMA` is the one list of a training config's keys, each with its default and its
+check; `validate_train_config` returns the config the trainer runs: every key filled in.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import ml_collections
 from ml_collections import config_dict
 
-DURATION_UNITS = ("steps", "epochs", "examples", "percent")
+from big_vision_relu import losses
 
-# Every key the trainer reads (and the evaluators' own keys live under `evals`).
-TRAIN_KEYS = {
-    "seed", "total_steps", "total_epochs", "total_examples",
-    "input", "pp_modules", "model_name", "model", "num_classes", "init_head_bias", "loss",
-    "optax_name", "optax", "lr", "wd", "wd_mults", "lr_mults", "grad_clip_norm", "schedule",
-    "mixup", "log_training_steps", "log_training_epochs", "log_training_examples",
-    "log_training_percent", "ckpt_steps", "ckpt_epochs", "ckpt_examples", "ckpt_percent",
-    "keep_ckpt_steps", "keep_last_ckpts", "mesh", "sharding_strategy", "sharding_rules",
-    "model_init", "model_load", "evals", "xla_compiler_options",
-}
-# big_vision's shuffle_buffer_size and cache_raw have no meaning here: the pipeline shuffles
-# globally by record index (data/input_pipeline.py), so setting them is an error, not a no-op.
-INPUT_KEYS = {"data", "batch_size", "pp", "prefetch"}
-DATA_KEYS = {"name", "split", "data_dir"}
-LOSSES = ("sigmoid_xent", "softmax_xent")
+DURATION_UNITS = ("steps", "epochs", "examples", "percent")
+TOTAL_KEYS = ("total_steps", "total_epochs", "total_examples")  # the run's length: one of them
+DATA_AXIS = "data"  # the mesh axis the batch is split over: config.mesh must have it
 DECAY_TYPES = ("cosine", "linear", "rsqrt")
 _SCHEDULE_KEYS = ("decay_type", "warmup_steps", "warmup_percent", "mult")
 _DECAY_TYPE_KEYS = {"cosine": ("min",), "linear": ("linear_end",), "rsqrt": ("timescale",)}
@@ -50,7 +42,7 @@ def optional(value: Any = None) -> config_dict.FieldReference:
 
 def without_unset(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """A copy of `config` without its None-valued fields (unset placeholders), at every level,
-  so that `config.get(key, default)` gives the default for them, as for a missing key."""
+  so that they read as missing keys (and take their defaults)."""
   copy = config.copy_and_resolve_references()
 
   def prune(node: ml_collections.ConfigDict) -> None:
@@ -184,55 +176,6 @@ def check_keys(where: str, config: Mapping[str, Any], allowed: Iterable[str]) ->
                      f"{', '.join(sorted(allowed))}.")
 
 
-def validate_train_config(config: ml_collections.ConfigDict) -> None:
-  """Structural checks of a training config that need no dataset or devices."""
-  check_keys("config", config, TRAIN_KEYS)
-  for key in ("input", "model", "evals"):
-    if key not in config and key != "evals":
-      raise ValueError(f"The config needs `{key}`.")
-  check_keys("config.input", config.input, INPUT_KEYS)
-  if "data" not in config.input or "name" not in config.input.data:
-    raise ValueError("Set config.input.data.name (a TFDS dataset name) and .split.")
-  check_keys("config.input.data", config.input.data, DATA_KEYS)
-  for key in ("batch_size", "pp"):
-    if key not in config.input:
-      raise ValueError(f"Set config.input.{key}.")
-  if not isinstance(config.input.batch_size, int) or config.input.batch_size <= 0:
-    raise ValueError(f"config.input.batch_size must be a positive int, got "
-                     f"{config.input.batch_size!r}.")
-  total = {k: config[k] for k in duration_keys("total") if config.get(k) is not None}
-  if len(total) != 1 or "total_percent" in total:
-    given = ", ".join(f"{k}={v!r}" for k, v in total.items()) or "none"
-    raise ValueError(
-        f"Set exactly one of total_steps, total_epochs, total_examples (got {given}). On the "
-        "command line, clear the one the config file sets when you give another, e.g. "
-        "--config.total_epochs=None --config.total_steps=1000.")
-  (key, value), = total.items()
-  if not _is_number(value) or value <= 0:
-    raise ValueError(f"config.{key}={value!r} must be a positive number.")
-  if (config.get("loss") or "sigmoid_xent") not in LOSSES:
-    raise ValueError(f"Unknown loss {config.loss!r}; valid: {', '.join(LOSSES)}.")
-  if config.get("mixup") is not None:
-    check_keys("config.mixup", config.mixup, ("p", "fold_in"))
-    if config.mixup.get("fold_in") is not None:
-      raise ValueError("config.mixup.fold_in must be None: the step is jitted over global "
-                       "arrays, so there is no per-device axis to fold in (big_vision's configs "
-                       "use None too).")
-  if config.get("model_load") is not None:
-    check_keys("config.model_load", config.model_load, ("dont_load",))
-  options = config.get("xla_compiler_options") or {}
-  bad = {k: v for k, v in dict(options).items() if not isinstance(v, (str, bool, int, float))}
-  if bad:
-    raise ValueError(f"config.xla_compiler_options maps XLA option names to str, bool, int or "
-                     f"float values; got {bad}.")
-  if (config.get("model_name") or "vit") != "vit":
-    raise ValueError(f"Unknown model_name {config.model_name!r}; valid: vit.")
-  known_total = (get_steps(config, "total", total_steps=None, steps_per_epoch=None,
-                           batch_size=config.input.batch_size)
-                 if "total_epochs" not in total else None)  # epochs: the dataset size is unknown
-  check_optimizer(config, known_total)
-
-
 def _is_number(value: Any) -> bool:
   return (isinstance(value, (int, float)) and not isinstance(value, bool)
           and math.isfinite(value))
@@ -246,41 +189,215 @@ def _as_mapping(value: Any, where: str) -> Mapping[str, Any]:
   raise ValueError(f"{where} must be a dict, got {type(value).__name__}: {value!r}")
 
 
-def check_optimizer(config: Mapping[str, Any] | ml_collections.ConfigDict,
-                    total_steps: int | None = None) -> None:
-  """Range checks of the optimizer's values: lr, wd, grad_clip_norm, lr_mults and wd_mults
-  values, and every schedule (see check_schedule). `total_steps`, when known, bounds the
-  warmup. Structural errors of the rule lists are left to optim.make_optimizer."""
-  lr = config.get("lr")
-  if lr is None:
-    raise ValueError("config.lr is required (the peak learning rate, e.g. 1e-3).")
-  if not _is_number(lr) or lr <= 0:
-    raise ValueError(f"config.lr={lr!r} must be a finite number > 0 (the peak learning rate, "
-                     "e.g. 1e-3); the schedule scales it, the update subtracts it.")
-  wd = config.get("wd")
-  if wd is not None and (not _is_number(wd) or wd < 0):
-    raise ValueError(f"config.wd={wd!r} must be a finite number >= 0 (decoupled decay per "
-                     "step, e.g. 1e-4; 0 or None: no weight decay).")
-  clip = config.get("grad_clip_norm")
-  if clip is not None and (not _is_number(clip) or clip < 0):
-    raise ValueError(f"config.grad_clip_norm={clip!r} must be a finite number >= 0 (the "
-                     "global gradient norm to clip to, e.g. 1.0; 0 or None: no clipping).")
-  for name in ("lr_mults", "wd_mults"):
-    for rule in config.get(name) or ():
-      if isinstance(rule, (list, tuple)) and len(rule) == 2 and not (
-          _is_number(rule[1]) and rule[1] >= 0):
-        raise ValueError(f"config.{name}: the multiplier of {rule[0]!r} is {rule[1]!r}; it "
-                         "must be a finite number >= 0 (0 turns it off for those params).")
-  schedule = config.get("schedule")
+# ------------------------------------------------------------------ the schema
+
+Check = Callable[[str, Any], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+  """One key of a schema: its `default` when unset (missing or None) and its `check`.
+
+  `check(where, value)` gets the dotted name ('config.lr') and the filled value, None included,
+  and raises ValueError saying what to set: a check that refuses None makes the key required.
+  Without a check the key takes any value, or the code using it checks it (noted at the key).
+  """
+  default: Any = None
+  check: Check | None = None
+
+
+Schema = Mapping[str, Any]  # key -> its Key, or the Schema of a sub-config (filled alike)
+
+
+def _check(requirement: str, test: Callable[[Any], bool], *, required: bool = False) -> Check:
+  """Checks that a set value passes `test` (else '`where`=value must be `requirement`');
+  an unset one (None) fails only when `required`."""
+  def check(where: str, value: Any) -> None:
+    if value is None:
+      if required:
+        raise ValueError(f"{where} is required: {requirement}.")
+    elif not test(value):
+      raise ValueError(f"{where}={value!r} must be {requirement}.")
+  return check
+
+
+def _one_of(options: Iterable[str]) -> Check:
+  options = tuple(options)
+
+  def check(where: str, value: Any) -> None:
+    if value not in options:
+      raise ValueError(f"Unknown {where.removeprefix('config.')} {value!r}; valid: "
+                       f"{', '.join(options)}.")
+  return check
+
+
+def _is_positive_int(value: Any) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _check_mults(where: str, rules: Any) -> None:
+  """The multipliers of `[(regex, mult), ...]`; the rules' structure is optim's to check."""
+  for rule in rules if isinstance(rules, (list, tuple)) else ():
+    if isinstance(rule, (list, tuple)) and len(rule) == 2 and not (
+        _is_number(rule[1]) and rule[1] >= 0):
+      raise ValueError(f"{where}: the multiplier of {rule[0]!r} is {rule[1]!r}; it must be a "
+                       "finite number >= 0 (0 turns it off for those params).")
+
+
+def _check_schedule_key(where: str, schedule: Any) -> None:
   if schedule is None:
-    raise ValueError("config.schedule is required, e.g. dict(warmup_steps=10_000, "
+    raise ValueError(f"{where} is required, e.g. dict(warmup_steps=10_000, "
                      "decay_type='cosine').")
+  check_schedules(schedule, where=where)
+
+
+def _check_mesh(where: str, mesh: Any) -> None:
+  """A data axis for the batch; the rest of the spec is sharding.make_mesh's to check."""
+  if not any(isinstance(axis, (list, tuple)) and axis and axis[0] == DATA_AXIS
+             for axis in mesh):
+    raise ValueError(f"{where} needs a {DATA_AXIS!r} axis for the batch; got {mesh}.")
+
+
+def _check_fold_in(where: str, fold_in: Any) -> None:
+  if fold_in is not None:
+    raise ValueError(f"{where} must be None: the step is jitted over global arrays, so there "
+                     "is no per-device axis to fold in (big_vision's configs use None too).")
+
+
+def _check_xla_options(where: str, options: Any) -> None:
+  bad = {k: v for k, v in _as_mapping(options, where).items()
+         if not isinstance(v, (str, bool, int, float))}
+  if bad:
+    raise ValueError(f"{where} maps XLA option names to str, bool, int or float values; got "
+                     f"{bad}.")
+
+
+_duration = Key(None, _check("a positive number", lambda v: _is_number(v) and v > 0))
+_dict = _check("a dict", lambda v: isinstance(v, Mapping))
+
+INPUT_SCHEMA: Schema = {
+    "data": {
+        "name": Key(None, _check("a TFDS dataset name", lambda v: isinstance(v, str),
+                                 required=True)),
+        "split": Key(None, _check("a TFDS split, e.g. 'train'", lambda v: isinstance(v, str),
+                                  required=True)),
+        "data_dir": Key(None),
+    },
+    "batch_size": Key(None, _check("a positive int (the global batch)", _is_positive_int,
+                                   required=True)),
+    "pp": Key(None, _check("a pp string, e.g. 'decode|onehot(10)'",
+                           lambda v: isinstance(v, str), required=True)),
+    "prefetch": Key(2, _check("an int >= 0 (host batches prepared ahead)",
+                              lambda v: isinstance(v, int) and v >= 0)),
+}
+# big_vision's shuffle_buffer_size and cache_raw have no meaning here: the pipeline shuffles
+# globally by record index (data/input_pipeline.py), so setting them is an error, not a no-op.
+
+# What optim.make_optimizer reads (its module docstring says what each key does).
+OPTIMIZER_SCHEMA: Schema = {
+    "optax_name": Key("scale_by_adam"),  # checked by optim (OPTIMIZERS)
+    "optax": Key({}, _dict),  # its keys are checked by optim against the optax function's
+    "lr": Key(None, _check("a finite number > 0 (the peak learning rate, e.g. 1e-3); the "
+                           "schedule scales it, the update subtracts it",
+                           lambda v: _is_number(v) and v > 0, required=True)),
+    "wd": Key(0.0, _check("a finite number >= 0 (decoupled decay per step, e.g. 1e-4; 0: no "
+                          "weight decay)", lambda v: _is_number(v) and v >= 0)),
+    # Kernels only; an explicit [] decays nothing.
+    "wd_mults": Key(((".*/kernel$", 1.0),), _check_mults),
+    "lr_mults": Key((), _check_mults),
+    "grad_clip_norm": Key(None, _check("a finite number >= 0 (the global gradient norm to clip "
+                                       "to, e.g. 1.0; 0 or None: no clipping)",
+                                       lambda v: _is_number(v) and v >= 0)),
+    "schedule": Key(None, _check_schedule_key),
+}
+
+# Every key of a training config; the evaluators' own keys live under `evals` (checked by
+# evaluators.registry).
+TRAIN_SCHEMA: Schema = {
+    "seed": Key(0, _check("an int", lambda v: isinstance(v, int) and not isinstance(v, bool))),
+    **{key: _duration for key in TOTAL_KEYS},  # exactly one (validate_train_config)
+    "input": INPUT_SCHEMA,
+    "model_name": Key("vit", _one_of(("vit",))),
+    "model": Key(None, _check("the keywords of vit.Model, e.g. dict(variant='S/16')",
+                              lambda v: isinstance(v, Mapping), required=True)),
+    "num_classes": Key(None, _check("a positive int (the head's outputs)", _is_positive_int)),
+    "init_head_bias": Key(None, _check("a finite number", _is_number)),
+    "loss": Key("sigmoid_xent", _one_of(losses.LOSSES)),
+    **OPTIMIZER_SCHEMA,
+    "mixup": {
+        "p": Key(0.0, _check("a probability in [0, 1] (0: no mixup)",
+                             lambda v: _is_number(v) and 0 <= v <= 1)),
+        "fold_in": Key(None, _check_fold_in),
+    },
+    # At most one of each group; unset, it is DURATION_DEFAULTS.
+    **{key: _duration for key in duration_keys("log_training") + duration_keys("ckpt")},
+    "keep_ckpt_steps": Key(None),  # checked by checkpoint.Checkpointer
+    "keep_last_ckpts": Key(2),  # checked by checkpoint.Checkpointer
+    "mesh": Key(((DATA_AXIS, -1),), _check_mesh),
+    "sharding_strategy": Key(((".*", "replicate"),)),  # checked by sharding.tree_shardings
+    "model_init": Key(None, _check("a path (vit.load's)", lambda v: isinstance(v, str))),
+    "model_load": {"dont_load": Key(())},  # regexes of parameters model_init does not load
+    "evals": Key({}, _dict),
+    "xla_compiler_options": Key({}, _check_xla_options),
+}
+# A duration group none of whose keys is set: log the training metrics every 50 steps,
+# checkpoint at the end (100% of the run).
+DURATION_DEFAULTS = {"log_training_steps": 50, "ckpt_percent": 1.0}
+
+
+def fill_defaults(config: Mapping[str, Any], schema: Schema, where: str = "config"
+                  ) -> ml_collections.ConfigDict:
+  """A copy of `config` with every key of `schema`: unset keys (missing or None) take their
+  default, every value passes its key's check, sub-configs are filled alike. Unknown keys
+  raise ValueError."""
+  given = {k: v for k, v in _as_mapping(config, where).items() if v is not None}
+  check_keys(where, given, schema)
+  filled = {}
+  for key, spec in schema.items():
+    name = f"{where}.{key}"
+    if isinstance(spec, Key):
+      filled[key] = given[key] if key in given else copy.deepcopy(spec.default)
+      if spec.check is not None:
+        spec.check(name, filled[key])
+    else:
+      filled[key] = fill_defaults(given.get(key, {}), spec, name)
+  return ml_collections.ConfigDict(filled)
+
+
+def validate_train_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The config a run runs: `config` without its unset fields (`without_unset`), every key of
+  `TRAIN_SCHEMA` filled in and checked, and the durations' defaults filled in. Also checks what
+  spans keys and needs no dataset or devices: one run length, schedules shorter than it."""
+  config = fill_defaults(without_unset(config), TRAIN_SCHEMA)
+  total = {k: config[k] for k in TOTAL_KEYS if config[k] is not None}
+  if len(total) != 1:
+    given = ", ".join(f"{k}={v!r}" for k, v in total.items()) or "none"
+    raise ValueError(
+        f"Set exactly one of {', '.join(TOTAL_KEYS)} (got {given}). On the "
+        "command line, clear the one the config file sets when you give another, e.g. "
+        "--config.total_epochs=None --config.total_steps=1000.")
+  for key, value in DURATION_DEFAULTS.items():
+    prefix = key.rpartition("_")[0]
+    if all(config[k] is None for k in duration_keys(prefix)):
+      config[key] = value
+  known_total = (get_steps(config, "total", total_steps=None, steps_per_epoch=None,
+                           batch_size=config.input.batch_size)
+                 if "total_epochs" not in total else None)  # epochs: the dataset size is unknown
+  check_schedules(config.schedule, known_total)
+  return config
+
+
+def check_schedules(schedule: Any, total_steps: int | None = None,
+                    where: str = "config.schedule") -> None:
+  """Checks `config.schedule`: one schedule dict, or the dicts of a `[(regex, dict or None)]`
+  list (see check_schedule; the list's structure is optim's to check). `total_steps`, when
+  known, bounds the warmups."""
   if isinstance(schedule, (list, tuple)):
     for rule in schedule:
       if isinstance(rule, (list, tuple)) and len(rule) == 2 and rule[1] is not None:
-        check_schedule(rule[1], total_steps, where=f"config.schedule rule {rule[0]!r}")
+        check_schedule(rule[1], total_steps, where=f"{where} rule {rule[0]!r}")
   else:
-    check_schedule(schedule, total_steps)
+    check_schedule(schedule, total_steps, where)
 
 
 def check_schedule(schedule: Mapping[str, Any] | ml_collections.ConfigDict,

@@ -23,7 +23,6 @@ import ml_collections
 from etils import epath
 
 from big_vision_relu import checkpoint as ckpt_lib
-from big_vision_relu import config as cfg_lib
 from big_vision_relu import metrics as metrics_lib
 from big_vision_relu import multihost
 from big_vision_relu import run as run_lib
@@ -42,9 +41,8 @@ def evaluate(config: ml_collections.ConfigDict, checkpoint_dir: str, step: int |
              write_to: str | None = None) -> dict[str, Any]:
   """Restores `step` (default: the newest readable) from `checkpoint_dir` and runs every
   evaluator of `config.evals`. Returns {'step': s, '<eval>/<metric>': value, ...}."""
-  config = cfg_lib.without_unset(config)  # unset placeholders read as missing keys
   run = run_lib.setup(config)
-  evaluators = run_lib.make_evaluators(config, run)
+  evaluators = run_lib.make_evaluators(run)
   if not evaluators:
     raise ValueError("config.evals is empty: nothing to evaluate.")
   ckpt = ckpt_lib.Checkpointer(checkpoint_dir, save_interval_steps=1)

@@ -13,15 +13,16 @@ so ``wd`` is an absolute decay rate per step (big_vision's convention: ``wd=1e-4
 Frozen parameters (a schedule rule of ``None``) get an update of exactly zero and keep no
 optimizer state (their Adam moments are ``optax.MaskedNode``).
 
-Config keys read (from the trainer's full config; other keys are ignored):
+Config keys read (from the trainer's filled config, or one filled with
+`config.OPTIMIZER_SCHEMA`, which holds their defaults and checks; other keys are ignored):
 
-- ``optax_name``: ``'scale_by_adam'`` (default) or ``'trace'`` (SGD with momentum).
+- ``optax_name``: ``'scale_by_adam'`` or ``'trace'`` (SGD with momentum).
 - ``optax``: keyword arguments of that optax function, e.g. ``dict(b1=0.9, b2=0.999,
   mu_dtype='bfloat16')``; dtype arguments may be strings. Unknown keys raise.
-- ``lr`` (required), ``wd`` (default 0).
-- ``wd_mults``: ``[(regex, mult), ...]``, default ``[('.*/kernel$', 1.0)]`` (kernels only).
-  Parameters matching no rule get no weight decay.
-- ``lr_mults``: ``[(regex, mult), ...]``, optional. Parameters matching no rule get 1.
+- ``lr``, ``wd``.
+- ``wd_mults``: ``[(regex, mult), ...]`` (by default kernels only). Parameters matching no
+  rule get no weight decay.
+- ``lr_mults``: ``[(regex, mult), ...]``. Parameters matching no rule get 1.
 - ``grad_clip_norm``: global-norm clip; ``None`` or 0 disables it.
 - ``schedule``: one schedule dict (see :func:`make_schedule`) for all parameters, or a list
   ``[(regex, schedule_dict_or_None), ...]``; ``None`` freezes the matching parameters.
@@ -52,8 +53,6 @@ from absl import logging
 from big_vision_relu import config as cfg_lib
 
 Schedule = Callable[[jax.typing.ArrayLike], jax.Array]
-
-DEFAULT_WD_MULTS: tuple[tuple[str, float], ...] = ((".*/kernel$", 1.0),)
 
 # The "direction" transformations selectable by `optax_name`; all other steps of the chain
 # (clip, lr, wd, schedule, sign) are fixed by big_vision's semantics.
@@ -177,11 +176,11 @@ def _masks(paths_tree: Any, assignment: Mapping[str, int | None], n: int) -> lis
 
 def _direction(config: Any) -> optax.GradientTransformation:
   """The optax transformation named by ``config.optax_name``, with ``config.optax`` kwargs."""
-  name = config.get("optax_name", "scale_by_adam")
+  name = config.optax_name
   if name not in OPTIMIZERS:
     raise ValueError(f"config.optax_name={name!r} is unknown; valid: {sorted(OPTIMIZERS)}")
   fn = OPTIMIZERS[name]
-  kwargs = _as_dict(config.get("optax") or {}, "optax")
+  kwargs = _as_dict(config.optax, "optax")
   _reject_unknown(kwargs, list(inspect.signature(fn).parameters), "optax")
   for key, value in kwargs.items():
     # Configs write dtypes as strings ('bfloat16'); optax wants a dtype.
@@ -201,7 +200,7 @@ def make_optimizer(
   """Builds the optimizer described in the module docstring.
 
   Args:
-    config: the training config (see the module docstring for the keys read).
+    config: the filled training config (see the module docstring for the keys read).
     params: the parameter tree, real or abstract (``jax.ShapeDtypeStruct`` leaves); only its
       structure and paths are used. ``init``/``update`` must get trees of this structure.
     total_steps: length of the run, for the schedules.
@@ -212,15 +211,12 @@ def make_optimizer(
     order. ``schedule(t)`` is the multiplier of update ``t``; the step size is
     ``lr * schedule(t)``, the decay rate ``wd * schedule(t)``. Log it on the host.
   """
-  cfg_lib.check_optimizer(config, total_steps)
-  lr = float(config.get("lr"))
-  wd = float(config.get("wd") or 0.0)
-  clip = config.get("grad_clip_norm")
+  lr, wd, clip = float(config.lr), float(config.wd), config.grad_clip_norm
 
   paths_tree = param_paths(params)
   paths = jax.tree.leaves(paths_tree)
 
-  schedule_cfg = config.get("schedule")
+  schedule_cfg = config.schedule
   if isinstance(schedule_cfg, (Mapping, ml_collections.ConfigDict)):
     schedule_rules = [(".*", schedule_cfg)]
   else:
@@ -243,13 +239,11 @@ def make_optimizer(
     txs.append(optax.masked(optax.clip_by_global_norm(float(clip)), trainable))
   txs.append(optax.masked(_direction(config), trainable))
   txs.append(optax.scale(lr))
-  lr_rules = _rule_list(config.get("lr_mults") or [], "lr_mults")
+  lr_rules = _rule_list(config.lr_mults, "lr_mults")
   lr_masks = _masks(paths_tree, _assign(paths, [r for r, _ in lr_rules], "lr_mults"), len(lr_rules))
   txs += [optax.masked(optax.scale(float(m)), mask) for (_, m), mask in zip(lr_rules, lr_masks)]
   if wd:
-    wd_cfg = config.get("wd_mults")
-    # An explicit [] means "decay nothing"; only a missing/None key takes the default.
-    wd_rules = _rule_list(DEFAULT_WD_MULTS if wd_cfg is None else wd_cfg, "wd_mults")
+    wd_rules = _rule_list(config.wd_mults, "wd_mults")
     wd_masks = _masks(
       paths_tree, _assign(paths, [r for r, _ in wd_rules], "wd_mults"), len(wd_rules)
     )

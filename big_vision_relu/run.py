@@ -2,8 +2,10 @@
 
 What `train`, `evaluate`, `inspect` and the experiment tooling all need, built one way:
 `setup(config)` validates the config and returns a `Setup` (nothing touches a checkpoint or a
-workdir here); `make_update_fn` is the training step, the one function a reader needs for
-what a step does; `make_evaluators` builds the config's evaluators for a `Setup`.
+workdir here), whose `config` is the one that runs: every key of `config.TRAIN_SCHEMA` filled
+in, so the code below reads attributes, never defaults of its own. `make_update_fn` is the
+training step, the one function a reader needs for what a step does; `make_evaluators` builds
+the config's evaluators for a `Setup`.
 """
 from __future__ import annotations
 
@@ -19,20 +21,21 @@ import optax
 
 from big_vision_relu import checkpoint as ckpt_lib
 from big_vision_relu import config as cfg_lib
+from big_vision_relu import losses
 from big_vision_relu import optim
 from big_vision_relu import sharding
 from big_vision_relu.data import datasets
 from big_vision_relu.data import input_pipeline
 from big_vision_relu.data.mixup import mixup
 from big_vision_relu.evaluators import registry as evaluators
-from big_vision_relu.evaluators.classification import per_example_loss
 from big_vision_relu.models import vit
 
-DATA_AXIS = "data"
+DATA_AXIS = cfg_lib.DATA_AXIS
 
 
 def make_model(config: ml_collections.ConfigDict) -> vit._Model:  # noqa: SLF001
-  """The ViT of `config.model` (its keywords) with `config.num_classes` outputs."""
+  """The ViT of `config.model` (its keywords) with `config.num_classes` outputs (a filled
+  config, or one as written, e.g. a workdir's config.json)."""
   try:
     model = vit.Model(config.get("num_classes"), **config.model)
   except TypeError as e:
@@ -51,28 +54,26 @@ def _tree_l2(tree: Any) -> jax.Array:
 
 def make_update_fn(model: vit._Model, tx: optax.GradientTransformation,  # noqa: SLF001
                    config: ml_collections.ConfigDict) -> Callable[..., tuple[dict, dict]]:
-  """The training step `update(state, batch) -> (state, metrics)`, to be jitted.
+  """The training step `update(state, batch) -> (state, metrics)` of a filled `config` (its
+  loss and mixup), to be jitted.
 
   state: {params, opt_state, step, rng, nonfinite_step}; batch: {image [b, h, w, c],
   labels [b, classes]}. `nonfinite_step` records the first step whose loss or gradients were
   not finite (-1: none), so the host can stop before checkpointing broken parameters without
   syncing on every step.
   """
-  loss_name = config.get("loss", "sigmoid_xent")
-  mixup_cfg = config.get("mixup")
-
   def update(state, batch):
     step_rng = jax.random.fold_in(state["rng"], state["step"])
     mixup_rng, dropout_rng = jax.random.split(step_rng)
     images, labels = batch["image"], batch["labels"]
-    if mixup_cfg and mixup_cfg.get("p"):
-      images, labels = mixup(mixup_rng, (images, labels), p=mixup_cfg["p"],
-                             fold_in=mixup_cfg.get("fold_in"))
+    if config.mixup.p:
+      images, labels = mixup(mixup_rng, (images, labels), p=config.mixup.p,
+                             fold_in=config.mixup.fold_in)
 
     def loss_fn(params):
       logits, _ = model.apply({"params": params}, images, train=True,
                               rngs={"dropout": dropout_rng})
-      return jnp.mean(per_example_loss(logits, labels, loss_name))
+      return jnp.mean(losses.per_example_loss(logits, labels, config.loss))
 
     loss, grads = jax.value_and_grad(loss_fn)(state["params"])
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -93,11 +94,11 @@ def make_update_fn(model: vit._Model, tx: optax.GradientTransformation,  # noqa:
 
 def resolve_durations(config: ml_collections.ConfigDict,
                        steps_per_epoch: float) -> dict[str, int]:
-  kw = dict(steps_per_epoch=steps_per_epoch, batch_size=config.input.batch_size)
-  total = cfg_lib.get_steps(config, "total", total_steps=None, required=True, **kw)
-  log = cfg_lib.get_steps(config, "log_training", total_steps=total, **kw) or 50
-  ckpt = cfg_lib.get_steps(config, "ckpt", total_steps=total, **kw) or total
-  return dict(total=total, log=log, ckpt=ckpt)
+  """The steps of the run, between training logs and between checkpoints of a filled config."""
+  kw = dict(steps_per_epoch=steps_per_epoch, batch_size=config.input.batch_size, required=True)
+  total = cfg_lib.get_steps(config, "total", total_steps=None, **kw)
+  return dict(total=total, log=cfg_lib.get_steps(config, "log_training", total_steps=total, **kw),
+              ckpt=cfg_lib.get_steps(config, "ckpt", total_steps=total, **kw))
 
 
 def check_nonfinite(state: Mapping[str, Any], ckpt: ckpt_lib.Checkpointer) -> None:
@@ -113,6 +114,7 @@ def check_nonfinite(state: Mapping[str, Any], ckpt: ckpt_lib.Checkpointer) -> No
 @dataclasses.dataclass
 class Setup:
   """Everything a run derives from its config before touching a checkpoint."""
+  config: ml_collections.ConfigDict  # the one that runs: every key filled in (TRAIN_SCHEMA)
   model: vit._Model  # noqa: SLF001
   mesh: jax.sharding.Mesh
   steps: dict[str, int]  # total, log, ckpt
@@ -127,14 +129,12 @@ class Setup:
 
 def setup(config: ml_collections.ConfigDict,
           devices: Sequence[jax.Device] | None = None) -> Setup:
-  """Validates `config` and builds the model, mesh, optimizer and (abstract) state."""
-  config = cfg_lib.without_unset(config)
-  cfg_lib.validate_train_config(config)
+  """Validates `config`, fills in its defaults and builds the model, mesh, optimizer and
+  (abstract) state."""
+  config = cfg_lib.validate_train_config(config)
   # Every missing dataset in one message, before any is opened (a paper config reads 11).
   datasets.check_prepared(datasets.required_datasets(config))
-  mesh = sharding.make_mesh(config.get("mesh", [(DATA_AXIS, -1)]), devices)
-  if DATA_AXIS not in mesh.shape:
-    raise ValueError(f"config.mesh needs a {DATA_AXIS!r} axis for the batch; got {config.mesh}.")
+  mesh = sharding.make_mesh(config.mesh, devices)
   batch_size = config.input.batch_size
   if batch_size % mesh.shape[DATA_AXIS]:
     raise ValueError(f"input.batch_size={batch_size} is not divisible by the {DATA_AXIS!r} "
@@ -144,7 +144,7 @@ def setup(config: ml_collections.ConfigDict,
   if (model.attention_impl == "seq_parallel" and model.mesh is None
       and model.seq_axis not in mesh.axis_names):
     raise ValueError(f"attention_impl='seq_parallel' splits the sequence over the mesh axis "
-                     f"{model.seq_axis!r}, which config.mesh={config.get('mesh')} lacks; use e.g. "
+                     f"{model.seq_axis!r}, which config.mesh={config.mesh} lacks; use e.g. "
                      f"config.mesh=[('data', 2), ('{model.seq_axis}', 4)].")
   steps_per_epoch = datasets.num_examples(config.input.data) / batch_size
   steps = resolve_durations(config, steps_per_epoch)
@@ -158,7 +158,7 @@ def setup(config: ml_collections.ConfigDict,
 
   def init_params(rng):
     params = model.init(rng, dummy_images)["params"]
-    if config.get("init_head_bias") is not None and "head" in params:
+    if config.init_head_bias is not None and "head" in params:
       params["head"]["bias"] = jnp.full_like(params["head"]["bias"], config.init_head_bias)
     return params
 
@@ -174,26 +174,26 @@ def setup(config: ml_collections.ConfigDict,
     return dict(params=params, opt_state=tx.init(params), step=jnp.zeros((), jnp.int32),
                 rng=train_rng, nonfinite_step=jnp.full((), -1, jnp.int32))
 
-  strategy = config.get("sharding_strategy", [(".*", "replicate")])
   with jax.set_mesh(mesh):
     abstract_state = jax.eval_shape(init_state, jax.random.PRNGKey(0))
-  state_shardings = sharding.tree_shardings(abstract_state, strategy, mesh)
+  state_shardings = sharding.tree_shardings(abstract_state, config.sharding_strategy, mesh)
   target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                         abstract_state, state_shardings)
   compiler_options = _checked_compiler_options(config)
   update = jax.jit(make_update_fn(model, tx, config), in_shardings=(state_shardings, None),
                    out_shardings=(state_shardings, None), donate_argnums=(0,),
                    compiler_options=compiler_options)
-  return Setup(model=model, mesh=mesh, steps=steps, steps_per_epoch=steps_per_epoch, tx=tx,
-               schedules=schedules, init_state=init_state, state_shardings=state_shardings,
-               target=target, update=update)
+  return Setup(config=config, model=model, mesh=mesh, steps=steps,
+               steps_per_epoch=steps_per_epoch, tx=tx, schedules=schedules,
+               init_state=init_state, state_shardings=state_shardings, target=target,
+               update=update)
 
 
 def _checked_compiler_options(config: ml_collections.ConfigDict) -> dict[str, Any] | None:
   """config.xla_compiler_options (XLA debug options for the training step's compilation, e.g.
   {'xla_cpu_experimental_ynn_fusion_type': ''}: docs/benchmarks.md), tried on a tiny function
   now so that a misspelt name or a bad value fails before the run starts, not at step 1."""
-  options = dict(config.get("xla_compiler_options") or {})
+  options = dict(config.xla_compiler_options)
   if not options:
     return None
   try:
@@ -204,9 +204,9 @@ def _checked_compiler_options(config: ml_collections.ConfigDict) -> dict[str, An
   return options
 
 
-def make_evaluators(config: ml_collections.ConfigDict, run: Setup) -> list:
+def make_evaluators(run: Setup) -> list[evaluators.ScheduledEvaluator]:
+  """The evaluators of `run.config.evals`, given the run's model and mesh."""
   return evaluators.from_config(
-      config.get("evals", {}), model=run.model, mesh=run.mesh, data_axis=DATA_AXIS,
+      run.config.evals, model=run.model, mesh=run.mesh, data_axis=DATA_AXIS,
       total_steps=run.steps["total"], steps_per_epoch=run.steps_per_epoch,
-      train_batch_size=config.input.batch_size,
-      default_loss=config.get("loss", "sigmoid_xent"))
+      train_batch_size=run.config.input.batch_size, default_loss=run.config.loss)

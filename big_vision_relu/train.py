@@ -47,28 +47,30 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   `allow_config_change`: continue a workdir whose config.json differs from `config` (e.g. more
   steps); otherwise that stops before anything is written.
   """
-  config = cfg_lib.without_unset(config)  # unset placeholders read as missing keys
+  # The workdir records the config as given (unset placeholders dropped), not filled in: a
+  # default changed in the code later does not make its config.json differ.
+  config_json = cfg_lib.without_unset(config).to_json_best_effort(indent=2)
   # SIGTERM from here on saves and exits (main() installs it even earlier, before the job is
   # joined), so that a notice during set-up or compilation is not lost.
   with multihost_lib.SigtermHandler():
     run = run_lib.setup(config, devices)
     with jax.set_mesh(run.mesh):
-      return _train(config, workdir, run, allow_config_change)
+      return _train(run, workdir, config_json, allow_config_change)
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str, run: run_lib.Setup,
+def _train(run: run_lib.Setup, workdir: str, config_json: str,
            allow_config_change: bool = False) -> dict[str, float]:
-  mesh, steps, schedules, state_shardings = (run.mesh, run.steps, run.schedules,
-                                             run.state_shardings)
+  config, mesh, steps, schedules, state_shardings = (run.config, run.mesh, run.steps,
+                                                     run.schedules, run.state_shardings)
   batch_size = config.input.batch_size
-  evals = run_lib.make_evaluators(config, run)
+  evals = run_lib.make_evaluators(run)
 
   workdir_path = epath.Path(workdir)
-  workdir_config.use_config(workdir_path, config.to_json_best_effort(indent=2),
-                            allow_change=allow_config_change, write=jax.process_index() == 0)
+  workdir_config.use_config(workdir_path, config_json, allow_change=allow_config_change,
+                            write=jax.process_index() == 0)
   ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints", save_interval_steps=steps["ckpt"],
-                               keep_last=config.get("keep_last_ckpts", 2),
-                               keep_every_steps=config.get("keep_ckpt_steps"))
+                               keep_last=config.keep_last_ckpts,
+                               keep_every_steps=config.keep_ckpt_steps)
   multihost_lib.set_checkpoint_dir(ckpt.directory)  # named if a peer process dies
 
   restored = ckpt.restore_latest(run.target)
@@ -80,16 +82,16 @@ def _train(config: ml_collections.ConfigDict, workdir: str, run: run_lib.Setup,
     state = jax.jit(run.init_state, out_shardings=state_shardings)(
         jax.random.PRNGKey(config.seed))
     start_step, core_hours = 0, 0.0
-    if config.get("model_init"):
+    if config.model_init:
       params = vit.load(state["params"], config.model_init, config.model,
-                        dont_load=config.get("model_load", {}).get("dont_load", ()))
+                        dont_load=config.model_load.dont_load)
       state["params"] = jax.device_put(params, state_shardings["params"])
 
   update = run.update
   batches = input_pipeline.training_batches(
       config.input.data, config.input.pp, batch_size, seed=config.seed, start_step=start_step,
       process_index=jax.process_index(), process_count=jax.process_count(),
-      prefetch=config.input.get("prefetch", 2))
+      prefetch=config.input.prefetch)
   writer = metrics_lib.MetricWriter(workdir)
   # The paper's unit is the TensorCore: on v4 / v5p one device is a chip of two.
   cores = jax.device_count() * metrics_lib.tensorcores_per_device(jax.devices()[0].device_kind)

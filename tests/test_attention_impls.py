@@ -151,7 +151,7 @@ def test_vit_trained_in_the_trainer_step_with_each_impl_matches_dense(offline_da
   trained = {}
   for impl, kw in impls.items():
     model = vit.Model(config.num_classes, **config.model, attention_impl=impl, **kw)
-    update = jit(run_lib.make_update_fn(model, run.tx, config),
+    update = jit(run_lib.make_update_fn(model, run.tx, run.config),
                      in_shardings=(run.state_shardings, None),
                      out_shardings=(run.state_shardings, None))
     state, losses = state0, []

@@ -62,8 +62,8 @@ def test_config_arguments_reach_the_model():
     ("configs/vit_i1k.py", 1_268_355, 92_898),
 ])
 def test_step_counts_follow_the_recipe(path, examples, expected_steps):
-  config = load_config_module(path).get_config(None)
-  steps = run_lib.resolve_durations(config, examples / config.input.batch_size)  # noqa: SLF001
+  config = cfg_lib.validate_train_config(load_config_module(path).get_config(None))
+  steps = run_lib.resolve_durations(config, examples / config.input.batch_size)
   assert steps["total"] == expected_steps
   assert config.schedule.warmup_steps == 10_000 and config.input.batch_size == 4096
 
@@ -232,6 +232,48 @@ def test_unset_fields_read_as_missing_keys():
   assert pruned.get("loss", "sigmoid_xent") == "sigmoid_xent"
   assert pruned.input.get("prefetch", 2) == 2 and pruned.lr == 0.1
   assert config.loss is None and "loss" in config  # the original is untouched
+
+
+def test_keys_that_do_nothing_are_rejected():
+  for key in ("pp_modules", "sharding_rules"):
+    config = load_config_module("configs/local/mnist_relu.py").get_config("runlocal")
+    config[key] = ["ops_general"] if key == "pp_modules" else [(".*", "data")]
+    with pytest.raises(ValueError, match=rf"Unknown key\(s\) in config: {key}\. Valid keys:"):
+      cfg_lib.validate_train_config(config)
+
+
+def test_unset_keys_take_the_schemas_defaults():
+  """What the trainer runs: every key filled in from TRAIN_SCHEMA, the given values kept; the
+  config as given is untouched (it is what a workdir's config.json records)."""
+  config = load_config_module("configs/local/mnist_relu.py").get_config("runlocal")
+  with config.unlocked():
+    del config["loss"], config["log_training_steps"], config["ckpt_steps"]
+  given = json.loads(config.to_json_best_effort())
+  filled = cfg_lib.validate_train_config(config)
+  assert json.loads(config.to_json_best_effort()) == given
+  assert filled.loss == cfg_lib.TRAIN_SCHEMA["loss"].default
+  assert "prefetch" not in config.input
+  assert filled.input.prefetch == cfg_lib.TRAIN_SCHEMA["input"]["prefetch"].default
+
+  def unset(schema, config, prefix=""):
+    """(dotted key, schema default) of every Key the config leaves unset."""
+    for key, spec in schema.items():
+      value = config.get(key) if config is not None else None
+      if isinstance(spec, cfg_lib.Key):
+        if value is None:
+          yield prefix + key, spec.default
+      else:
+        yield from unset(spec, value, f"{prefix}{key}.")
+
+  defaults = dict(unset(cfg_lib.TRAIN_SCHEMA, config), **cfg_lib.DURATION_DEFAULTS)
+  assert {"loss", "mesh", "mixup.p", "input.prefetch", "log_training_steps"} <= set(defaults)
+  for key, default in defaults.items():
+    value = functools.reduce(lambda c, k: c[k], key.split("."), filled)
+    if isinstance(value, ml_collections.ConfigDict):
+      value = value.to_dict()
+    assert json.dumps(value) == json.dumps(default), key  # tuples read back as lists
+  changes = cfg_lib.config_changes(given, json.loads(filled.to_json_best_effort()))
+  assert changes and all(old is None for _, old, _ in changes)  # only unset keys were filled
 
 
 # ------------------------------------------------------------------ config diffs

@@ -1,5 +1,6 @@
 """Evaluators: hand-computed classification sums, padding and sharding, the few-shot evaluator
-against the probe on directly-read arrays, the i21k->i1k restriction, and the evaluate CLI."""
+against the probe on directly-read arrays, the i21k->i1k restriction, the registry handing
+each evaluator the model, and the evaluate CLI."""
 import json
 import subprocess
 import sys
@@ -14,13 +15,27 @@ import tensorflow_datasets as tfds
 from big_vision_relu import sharding
 from big_vision_relu import train as train_lib
 from big_vision_relu.data import label_maps
-from big_vision_relu.evaluators import classification, fewshot
+from big_vision_relu.evaluators import classification, fewshot, registry
 from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator
 
 from conftest import ROOT
 from test_train import tiny_config
 
 MESH8 = sharding.make_mesh([("data", -1)])
+
+
+class FunctionModel:
+  """Stands in for the ViT where an evaluator applies it: `apply({'params': p}, images,
+  train=False)` returns `(logits, out)`, here with `out[name] = fn(p, images)` for each of
+  `outputs`."""
+
+  def __init__(self, **outputs):
+    self.outputs = outputs
+
+  def apply(self, variables, images, train):
+    assert not train
+    out = {name: fn(variables["params"], images) for name, fn in self.outputs.items()}
+    return out.get("logits"), out
 
 
 def test_batch_sums_hand_computed():
@@ -76,8 +91,8 @@ def test_classification_evaluator_on_8_devices_with_padding(offline_data_dir):
                                                  data_dir=offline_data_dir),
                 pp_fn='decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
                 batch_size=48)  # 359 examples: 8 batches, the last padded
-  evaluator = classification.ClassificationEvaluator(config, predict, mesh=MESH8,
-                                                     default_loss="softmax_xent")
+  evaluator = classification.ClassificationEvaluator(config, model=FunctionModel(logits=predict),
+                                                     mesh=MESH8, default_loss="softmax_xent")
   result = evaluator.run(weights)
   images, labels = _digits_arrays(offline_data_dir, "test")
   logits = images.reshape(len(images), -1) @ np.asarray(weights, np.float64)
@@ -95,7 +110,7 @@ def test_fewshot_evaluator_equals_the_probe_on_directly_read_features(offline_da
                 data_dir=offline_data_dir, pp_train=pp, pp_eval=pp, shots=(5, 10),
                 seeds=(0, 1), batch_size=40)
   predict = lambda params, images: images.reshape(images.shape[0], -1) * params  # noqa: E731
-  evaluator = FewShotEvaluator(config, predict, mesh=MESH8)
+  evaluator = FewShotEvaluator(config, model=FunctionModel(pre_logits=predict), mesh=MESH8)
   result = evaluator.run(jnp.float32(2.0))
   x_train, y_train = _digits_arrays(offline_data_dir, "train")
   x_test, y_test = _digits_arrays(offline_data_dir, "test")
@@ -113,7 +128,28 @@ def test_missing_fewshot_dataset_fails_at_construction(offline_data_dir):
   config = dict(type="fewshot", datasets={"cifar": ("cifar100", "train", "test")},
                 data_dir=offline_data_dir, pp_train="decode", pp_eval="decode", batch_size=8)
   with pytest.raises(FileNotFoundError, match="tfds build cifar100"):
-    FewShotEvaluator(config, lambda p, x: x, mesh=MESH8)
+    FewShotEvaluator(config, model=FunctionModel(pre_logits=lambda p, x: x), mesh=MESH8)
+
+
+def test_the_registry_gives_every_evaluator_the_model(monkeypatch):
+  built = []
+
+  class Recorder:
+    CONFIG_KEYS = ("type", "pred")
+
+    def __init__(self, config, *, model, mesh, data_axis, default_loss):
+      built.append(dict(config=dict(config), model=model, mesh=mesh, data_axis=data_axis,
+                        default_loss=default_loss))
+
+  monkeypatch.setitem(registry.EVALUATORS, "recorder", Recorder)
+  model = FunctionModel()
+  evals = {"a": dict(type="recorder"), "b": dict(type="recorder", pred="pre_logits")}
+  scheduled = registry.from_config(evals, model=model, mesh=MESH8, data_axis="data",
+                                   total_steps=10, steps_per_epoch=2.0, train_batch_size=8,
+                                   default_loss="softmax_xent")
+  assert [e.name for e in scheduled] == ["a", "b"]
+  assert built == [dict(config=cfg, model=model, mesh=MESH8, data_axis="data",
+                        default_loss="softmax_xent") for cfg in evals.values()]
 
 
 def test_evaluate_cli_on_a_trained_workdir(offline_data_dir, tmp_path):

@@ -117,8 +117,11 @@ def test_evaluator_equals_the_full_statistics(offline_data_dir, scan, pool_type)
   params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 1)))["params"]
   data = dict(name="mnist5k", split="test", data_dir=offline_data_dir)
   config = dict(type="attention_stats", data=data, pp_fn=PP, batch_size=8, num_examples=20)
-  evaluator = AttentionStatsEvaluator(config, registry.make_predict_fn(model, "logits"),
-                                      mesh=sharding.make_mesh([("data", -1)]))
+  # Built as the trainer builds it: the registry hands it the model.
+  evaluator, = registry.from_config(
+      {"attention": config}, model=model, mesh=sharding.make_mesh([("data", -1)]),
+      data_axis="data", total_steps=1, steps_per_epoch=1.0, train_batch_size=8,
+      default_loss="sigmoid_xent")
   got = evaluator.run(params)
   assert got["num_examples"] == 24  # 20 rounded up to whole batches of 8
   images, _ = inspect.eval_examples(inspect.Run(model, params, None, None, "mem"), 24,
@@ -130,10 +133,6 @@ def test_evaluator_equals_the_full_statistics(offline_data_dir, scan, pool_type)
       assert got[f"layer{layer}/{name}"] == pytest.approx(row[name], rel=1e-4), name
   assert set(got) == {"num_examples"} | {f"layer{i}/{n}" for i in range(2) for n in
                                           ("zeros", "row_sum_mean", "entropy", "distance")}
-  if not scan:  # the model given explicitly instead of found from the predict function
-    explicit = AttentionStatsEvaluator(config, None, mesh=sharding.make_mesh([("data", -1)]),
-                                       model=model)
-    assert explicit.run(params) == pytest.approx(got, rel=1e-6)
 
 
 # ------------------------------------------------------------------ end to end: the notebook
@@ -160,7 +159,6 @@ def test_notebook_and_tool_on_a_trained_workdir(offline_data_dir, tmp_path, monk
                                                 capsys):
   # Train a 2-layer relu ViT for 6 steps, with the attention_stats evaluator in training.
   monkeypatch.setitem(registry.EVALUATORS, "attention_stats", AttentionStatsEvaluator)
-  monkeypatch.setitem(registry.DEFAULT_PRED, "attention_stats", "logits")
   config = tiny_config(offline_data_dir)
   config.model = dict(patch_size=(7, 7), width=16, depth=2, mlp_dim=32, num_heads=2,
                       attention="relu", qk_norm=True)

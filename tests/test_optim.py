@@ -15,6 +15,7 @@ import numpy as np
 import optax
 import pytest
 
+from big_vision_relu import config as cfg_lib
 from big_vision_relu import optim
 
 SHAPES = {
@@ -65,7 +66,7 @@ def _config(**overrides):
     schedule=dict(warmup_steps=3, decay_type="cosine"),
   )
   cfg.update(overrides)  # Before ConfigDict: it refuses to change a field's type.
-  return ml_collections.ConfigDict(cfg)
+  return cfg_lib.fill_defaults(ml_collections.ConfigDict(cfg), cfg_lib.OPTIMIZER_SCHEMA)
 
 
 def _run(cfg, params_flat, grads_seq, total_steps, x64=True):
@@ -334,6 +335,5 @@ def test_abstract_params_are_enough():
   ],
 )
 def test_config_errors(overrides, match):
-  cfg = _config(**overrides)
-  with pytest.raises(ValueError, match=match):
-    optim.make_optimizer(cfg, _nest(_params()), 8)
+  with pytest.raises(ValueError, match=match):  # from the schema's checks or from optim's
+    optim.make_optimizer(_config(**overrides), _nest(_params()), 8)

@@ -21,6 +21,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from big_vision_relu import config as cfg_lib
+from big_vision_relu import losses
 from big_vision_relu import multihost
 from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
@@ -283,6 +285,28 @@ def test_xla_compiler_options_reach_the_training_step(offline_data_dir):
   assert "__ynn_fusion" in compiled_step()
   assert "__ynn_fusion" not in compiled_step(
       xla_compiler_options=dict(xla_cpu_experimental_ynn_fusion_type=""))
+
+
+def test_a_config_without_loss_trains_with_the_schemas_default(offline_data_dir):
+  """The step reads the filled config: no `loss` in the config is the schema's default."""
+  config = tiny_config(offline_data_dir)
+  del config["loss"]
+  run = run_lib.setup(config)
+  assert run.config.loss == cfg_lib.TRAIN_SCHEMA["loss"].default
+  images = jax.random.normal(jax.random.PRNGKey(1), (16, 28, 28, 1))
+  labels = jax.nn.one_hot(jnp.arange(16) % 10, 10)
+  with jax.set_mesh(run.mesh):
+    state = jax.jit(run.init_state, out_shardings=run.state_shardings)(jax.random.PRNGKey(0))
+    logits, _ = run.model.apply({"params": state["params"]}, images, train=False)
+    expected = {name: float(jnp.mean(losses.per_example_loss(logits, labels, name)))
+                for name in losses.LOSSES}
+    batch = jax.device_put(dict(image=images, labels=labels), jax.sharding.NamedSharding(
+        run.mesh, jax.sharding.PartitionSpec(run_lib.DATA_AXIS)))
+    _, metrics = run.update(state, batch)  # no dropout: the train-mode logits are the same
+  got = float(metrics["training_loss"])
+  assert got == pytest.approx(expected[run.config.loss], rel=1e-5)
+  others = [v for k, v in expected.items() if k != run.config.loss]
+  assert all(got != pytest.approx(v, rel=1e-3) for v in others)
 
 
 # ------------------------------------------------------------------ real processes

@@ -14,17 +14,17 @@ in `big_vision_relu.inspect`):
   layer{i}/distance      mean attention distance in patches, over patch queries
   num_examples           the examples they are computed on
 
-The model is run with its attention weights sown (`sow_attention_weights`); the sums over the
-real examples (padding masked) are computed inside one jitted function over global batches.
+The model the registry gives is run with its attention weights sown (`sow_attention_weights`);
+the sums over the real examples (padding masked) are computed inside one jitted function over
+global batches.
 """
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -35,27 +35,6 @@ from big_vision_relu.evaluators import common
 from big_vision_relu.models import vit
 
 METRICS = ("zeros", "row_sum_mean", "entropy", "distance")
-
-
-def model_of(predict_fn: Callable[..., Any], params: Any, images: jax.Array
-             ) -> vit._Model:  # noqa: SLF001
-  """The ViT that `predict_fn(params, images)` applies, found by tracing it (shapes only).
-
-  The registry hands evaluators a predict function, not the model; the model's own
-  definition is recovered with flax's method interceptor, which sees the module being called.
-  """
-  found = []
-
-  def record(next_fun, args, kwargs, context):
-    if not found and isinstance(context.module, vit._Model):  # noqa: SLF001
-      found.append(context.module.clone(parent=None))  # unbound: the same definition
-    return next_fun(*args, **kwargs)
-
-  with nn.intercept_methods(record):
-    jax.eval_shape(predict_fn, params, images)
-  if not found:
-    raise ValueError("attention_stats: the predict function does not apply a vit.Model.")
-  return found[0]
 
 
 def layer_sums(weights: jax.Array, mask: jax.Array, layout: inspect.TokenLayout
@@ -75,40 +54,32 @@ def layer_sums(weights: jax.Array, mask: jax.Array, layout: inspect.TokenLayout
 
 
 class AttentionStatsEvaluator:
-  """Per-layer attention statistics on the first examples of an eval split (module docstring).
-
-  `model` may be given; by default it is recovered from `predict_fn` at the first `run`.
-  """
+  """Per-layer attention statistics of `model` on the first examples of an eval split (module
+  docstring)."""
   CONFIG_KEYS = ("type", "data", "pp_fn", "batch_size", "num_examples")
 
-  def __init__(self, config: Mapping[str, Any], predict_fn: Callable[..., jax.Array], *,
+  def __init__(self, config: Mapping[str, Any], *, model: vit._Model,  # noqa: SLF001
                mesh: jax.sharding.Mesh, data_axis: str | tuple[str, ...] = "data",
-               default_loss: str | None = None,
-               model: vit._Model | None = None):  # noqa: SLF001
+               default_loss: str | None = None):
     del default_loss  # no loss here
     self.data = dict(config["data"])
     self.pp = config["pp_fn"]
     self.batch_size = int(config["batch_size"])
     self.mesh, self.data_axis = mesh, data_axis
-    self._predict_fn, self._model = predict_fn, model
     requested = int(config.get("num_examples", 128))
     if requested < 1:
       raise ValueError(f"attention_stats num_examples={requested} must be >= 1.")
     # Fails now, not after hours of training, when the data is missing.
     available = datasets.num_examples(self.data)
     self.num_batches = math.ceil(min(requested, available) / self.batch_size)
-    self._sums = None
-
-  def _make_sums(self, params: Any, images: jax.Array) -> Callable[..., dict[str, Any]]:
-    model = self._model or model_of(self._predict_fn, params, images)
-    layout = inspect.token_layout(model, images.shape[1:3])
 
     def sums(params, batch):
+      layout = inspect.token_layout(model, batch["image"].shape[1:3])
       weights = inspect.apply_inspecting(model, params, batch["image"], with_qk=False)["weights"]
       mask = batch[input_pipeline.MASK_KEY]
       return {"layers": [layer_sums(w, mask, layout) for w in weights],
               "count": jnp.sum(mask.astype(jnp.float32))}
-    return jax.jit(sums)
+    self._sums = jax.jit(sums)
 
   def run(self, params: Any) -> dict[str, float]:
     """Returns {'layer{i}/zeros': ..., ..., 'num_examples': n} (see the module docstring)."""
@@ -117,8 +88,6 @@ class AttentionStatsEvaluator:
                                          data_axis=self.data_axis)
     try:
       for batch in itertools.islice(batches, self.num_batches):
-        if self._sums is None:
-          self._sums = self._make_sums(params, batch["image"])
         sums = self._sums(params, batch)
         totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     finally:

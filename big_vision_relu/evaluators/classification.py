@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
+from big_vision_relu import losses
 from big_vision_relu.data import datasets
 from big_vision_relu.data import input_pipeline
 from big_vision_relu.data import label_maps
@@ -29,24 +30,6 @@ from big_vision_relu.evaluators import common
 LABEL_MAPS: dict[str, Callable[[], np.ndarray]] = {
     "i21k_to_i1k": label_maps.i21k_to_i1k_indices,
 }
-LOSSES = ("sigmoid_xent", "softmax_xent")
-
-
-def per_example_loss(logits: jax.Array, labels: jax.Array, loss_name: str) -> jax.Array:
-  """[batch, classes] logits and (multi-)hot labels -> [batch] loss.
-
-  sigmoid_xent sums the per-class binary cross-entropies (big_vision's convention);
-  softmax_xent is the cross-entropy with the labels normalised to sum to one.
-  """
-  logits = logits.astype(jnp.float32)
-  if loss_name == "sigmoid_xent":
-    return optax.sigmoid_binary_cross_entropy(logits, labels).sum(-1)
-  if loss_name == "softmax_xent":
-    targets = labels / jnp.maximum(labels.sum(-1, keepdims=True), 1e-9)
-    return optax.softmax_cross_entropy(logits, targets)
-  raise ValueError(f"Unknown loss {loss_name!r}; valid: {', '.join(LOSSES)}.")
-
-
 def restrict_logits(logits: jax.Array, indices: np.ndarray) -> jax.Array:
   """`logits[:, indices]`, with -inf where an index is -1 (a class the head does not have)."""
   indices = np.asarray(indices)
@@ -62,36 +45,37 @@ def batch_sums(logits: jax.Array, labels: jax.Array, mask: jax.Array, *, loss_na
   mask = mask.astype(jnp.float32)
   top1 = jnp.argmax(logits, axis=-1)
   correct = jnp.take_along_axis(labels, top1[:, None], axis=-1)[:, 0] > 0
-  loss = per_example_loss(jnp.where(jnp.isfinite(logits), logits, -1e9), labels, loss_name)
+  loss = losses.per_example_loss(jnp.where(jnp.isfinite(logits), logits, -1e9), labels, loss_name)
   return {"correct": jnp.sum(correct * mask), "loss": jnp.sum(loss * mask),
           "count": jnp.sum(mask)}
 
 
 class ClassificationEvaluator:
-  """prec@1 and loss of `predict_fn` on one eval split.
+  """prec@1 and loss of the model's output `pred` on one eval split.
 
   Config keys (under `evals.<name>`): type='classification', data {name, split, data_dir},
-  pp_fn, batch_size, loss_name (default: the training loss), label_map (optional:
-  'i21k_to_i1k'), plus the log cadence keys read by the trainer.
+  pp_fn, batch_size, loss_name (default: the training loss, `default_loss`), label_map
+  (optional: 'i21k_to_i1k'), pred (default 'logits'), plus the log cadence keys read by the
+  trainer.
   """
   CONFIG_KEYS = ("type", "data", "pp_fn", "batch_size", "loss_name", "label_map", "pred")
 
-  def __init__(self, config: Mapping[str, Any], predict_fn: Callable[..., jax.Array], *,
-               mesh: jax.sharding.Mesh, data_axis: str | tuple[str, ...] = "data",
-               default_loss: str = "sigmoid_xent"):
+  def __init__(self, config: Mapping[str, Any], *, model: nn.Module, mesh: jax.sharding.Mesh,
+               data_axis: str | tuple[str, ...] = "data", default_loss: str):
     self.data = dict(config["data"])
     self.pp = config["pp_fn"]
     self.batch_size = int(config["batch_size"])
     self.mesh, self.data_axis = mesh, data_axis
     loss_name = config.get("loss_name") or default_loss
-    if loss_name not in LOSSES:
-      raise ValueError(f"Unknown loss_name {loss_name!r}; valid: {', '.join(LOSSES)}.")
+    if loss_name not in losses.LOSSES:
+      raise ValueError(f"Unknown loss_name {loss_name!r}; valid: {', '.join(losses.LOSSES)}.")
     label_map = config.get("label_map")
     if label_map is not None and label_map not in LABEL_MAPS:
       raise ValueError(f"Unknown label_map {label_map!r}; valid: {', '.join(LABEL_MAPS)}.")
     indices = LABEL_MAPS[label_map]() if label_map else None
     # Fail now, not after hours of training, when the data is missing or badly specified.
     self.num_examples = datasets.num_examples(self.data)
+    predict_fn = common.make_predict_fn(model, config.get("pred", "logits"))
 
     def sums(params, batch):
       logits = predict_fn(params, batch["image"])

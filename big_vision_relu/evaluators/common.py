@@ -1,11 +1,26 @@
-"""What every evaluator does: iterate an eval split as global (sharded) batches."""
+"""What every evaluator does: apply the model it is given, iterate an eval split as global
+(sharded) batches."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
+import flax.linen as nn
 import jax
 
 from big_vision_relu.data import input_pipeline
+
+
+def make_predict_fn(model: nn.Module, output: str) -> Callable[[Any, jax.Array], jax.Array]:
+  """(params, images) -> the model's `out[output]` in eval mode (e.g. 'logits', 'pre_logits').
+
+  `model` is applied as the ViT is: `model.apply({'params': params}, images, train=False)`
+  returns `(logits, out)`.
+  """
+  def predict(params, images):
+    _, out = model.apply({"params": params}, images, train=False)
+    return out[output]
+  return predict
 
 
 def global_eval_batches(data: Mapping[str, str], pp: str, batch_size: int, *,

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import flax.linen as nn
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
@@ -55,9 +56,8 @@ class FewShotEvaluator:
   CONFIG_KEYS = ("type", "datasets", "data_dir", "pp_train", "pp_eval", "shots", "seeds",
                  "l2_reg", "loo_l2_grid", "pred", "batch_size")
 
-  def __init__(self, config: Mapping[str, Any], predict_fn: Callable[..., jax.Array], *,
-               mesh: jax.sharding.Mesh, data_axis: str | tuple[str, ...] = "data",
-               default_loss: str | None = None):
+  def __init__(self, config: Mapping[str, Any], *, model: nn.Module, mesh: jax.sharding.Mesh,
+               data_axis: str | tuple[str, ...] = "data", default_loss: str | None = None):
     del default_loss  # a probe has no training loss
     self.mesh, self.data_axis = mesh, data_axis
     self.batch_size = int(config["batch_size"])
@@ -81,6 +81,8 @@ class FewShotEvaluator:
           {"name": tfds_name, "split": test_split, "data_dir": data_dir}, num_classes)
       for split in (train_split, test_split):
         datasets_lib.num_examples({"name": tfds_name, "split": split, "data_dir": data_dir})
+
+    predict_fn = common.make_predict_fn(model, config.get("pred", "pre_logits"))
 
     def embed(params, batch):
       return predict_fn(params, batch["image"])

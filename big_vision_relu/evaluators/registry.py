@@ -3,13 +3,16 @@
 `config.evals.<name>.type` names the evaluator class; its other keys are the evaluator's own
 plus the cadence `log_steps | log_epochs | log_examples | log_percent` (default: only the
 first and last step). Every evaluator also runs at the first and the last step of a run.
-Metrics are logged as `<name>/<metric>`.
+Metrics are logged as `<name>/<metric>`. Each evaluator class is built as
+`cls(config.evals.<name>, model=..., mesh=..., data_axis=..., default_loss=...)`: it is given
+the run's model (and applies it as it needs: `common.make_predict_fn` for a model output).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+import flax.linen as nn
 import jax
 
 from big_vision_relu import config as cfg_lib
@@ -22,9 +25,6 @@ EVALUATORS: dict[str, type] = {
     "fewshot": FewShotEvaluator,
     "attention_stats": AttentionStatsEvaluator,
 }
-# The model output each evaluator reads unless its config sets `pred`.
-DEFAULT_PRED = {"classification": "logits", "fewshot": "pre_logits",
-                "attention_stats": "logits"}  # only traced, to find the model
 
 
 class ScheduledEvaluator:
@@ -40,15 +40,7 @@ class ScheduledEvaluator:
     return self._evaluator.run(params)
 
 
-def make_predict_fn(model: Any, output: str = "logits"):
-  """(params, images) -> the model's `out[output]` in eval mode (e.g. 'logits', 'pre_logits')."""
-  def predict(params, images):
-    _, out = model.apply({"params": params}, images, train=False)
-    return out[output]
-  return predict
-
-
-def from_config(evals: Mapping[str, Any], *, model: Any, mesh: jax.sharding.Mesh,
+def from_config(evals: Mapping[str, Any], *, model: nn.Module, mesh: jax.sharding.Mesh,
                 data_axis: str, total_steps: int, steps_per_epoch: float, train_batch_size: int,
                 default_loss: str) -> list[ScheduledEvaluator]:
   """Instantiates every evaluator of `config.evals` (validating its keys and its data now)."""
@@ -61,7 +53,6 @@ def from_config(evals: Mapping[str, Any], *, model: Any, mesh: jax.sharding.Mesh
     cfg_lib.check_keys(f"evals.{name}", cfg, (*cls.CONFIG_KEYS, *cfg_lib.duration_keys("log")))
     every = cfg_lib.get_steps(cfg, "log", total_steps=total_steps,
                               steps_per_epoch=steps_per_epoch, batch_size=train_batch_size)
-    predict = make_predict_fn(model, cfg.get("pred", DEFAULT_PRED[kind]))
-    evaluator = cls(cfg, predict, mesh=mesh, data_axis=data_axis, default_loss=default_loss)
+    evaluator = cls(cfg, model=model, mesh=mesh, data_axis=data_axis, default_loss=default_loss)
     result.append(ScheduledEvaluator(name, evaluator, every, total_steps))
   return result
