@@ -44,7 +44,7 @@ class Subject:
     with jax.set_mesh(run.mesh):
       self.state = jax.jit(run.init_state, out_shardings=run.state_shardings)(
           jax.random.PRNGKey(0))
-      self.evaluators = run_lib.make_evaluators(config, run)
+      self.evaluators = run_lib.make_evaluators(run)
     self.calls = {e.name: sum(e.due(s) for s in range(1, self.total_steps + 1))
                   for e in self.evaluators}
     self.batches = input_pipeline.training_batches(

@@ -39,9 +39,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from big_vision_relu import config as cfg_lib
 from big_vision_relu import optim
-from big_vision_relu.experiments import cost, sweep
 from big_vision_relu import run as run_lib
+from big_vision_relu.experiments import cost, sweep
 
 import common
 
@@ -64,6 +65,7 @@ def recipe_config(config_path: str, model_args: str, attention: str, gated: bool
 def make_step(config, batch_size: int, image_size: int, channels: int,
               compiler_options: dict[str, str] | None = None):
   """(compiled trainer update step, its (state, batch) arguments); `compiler_options`: XLA's."""
+  config = cfg_lib.validate_train_config(config)  # what the trainer runs: defaults filled in
   model = run_lib.make_model(config)
   images = jax.random.normal(jax.random.PRNGKey(0),
                              (batch_size, image_size, image_size, channels))

@@ -26,15 +26,7 @@ from big_vision_relu import checkpoint as ckpt_lib
 from big_vision_relu import metrics as metrics_lib
 from big_vision_relu import multihost
 from big_vision_relu import run as run_lib
-
-
-def load_run_config(workdir: str) -> ml_collections.ConfigDict:
-  """The config a run wrote to `<workdir>/config.json`."""
-  path = epath.Path(workdir) / "config.json"
-  if not path.exists():
-    raise FileNotFoundError(f"{path} does not exist: is {workdir} a training workdir? Pass "
-                            "--config to evaluate with an explicit config.")
-  return ml_collections.ConfigDict(json.loads(path.read_text()))
+from big_vision_relu import workdir_config
 
 
 def evaluate(config: ml_collections.ConfigDict, checkpoint_dir: str, step: int | None = None,
@@ -80,7 +72,7 @@ def main(argv: list[str]) -> None:
   else:
     workdir = epath.Path(FLAGS.workdir)
     checkpoint_dir, step = workdir / "checkpoints", None
-  config = FLAGS.config if FLAGS.config is not None else load_run_config(str(workdir))
+  config = FLAGS.config if FLAGS.config is not None else workdir_config.read_config(str(workdir))
   results = evaluate(config, str(checkpoint_dir), step,
                      write_to=str(workdir) if FLAGS.write else None)
   if jax.process_index() == 0:

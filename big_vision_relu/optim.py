@@ -1,39 +1,39 @@
 """The optimizer: big_vision's update rule, assembled from optax transformations.
 
-For a trainable parameter ``p`` with gradient ``g`` at update number ``t`` (0 for the first
-update: optax counts the updates already applied), the update added to ``p`` is::
+For a trainable parameter `p` with gradient `g` at update number `t` (0 for the first
+update: optax counts the updates already applied), the update added to `p` is::
 
     g' = g * min(1, grad_clip_norm / ||g_trainable||)     global-norm clip (trainable params only)
     d  = direction(g')                                     optax.<optax_name>(**optax), e.g. Adam
     u  = lr * lr_mult(p) * d  +  wd * wd_mult(p) * p       decoupled weight decay, NOT times lr
     update = -schedule_p(t) * u
 
-so ``wd`` is an absolute decay rate per step (big_vision's convention: ``wd=1e-4`` with
-``lr=1e-3`` equals AdamW's ``weight_decay=0.1``), and the schedule scales the decay too.
-Frozen parameters (a schedule rule of ``None``) get an update of exactly zero and keep no
-optimizer state (their Adam moments are ``optax.MaskedNode``).
+so `wd` is an absolute decay rate per step (big_vision's convention: `wd=1e-4` with
+`lr=1e-3` equals AdamW's `weight_decay=0.1`), and the schedule scales the decay too.
+Frozen parameters (a schedule rule of `None`) get an update of exactly zero and keep no
+optimizer state (their Adam moments are `optax.MaskedNode`).
 
 Config keys read (from the trainer's filled config, or one filled with
 `config.OPTIMIZER_SCHEMA`, which holds their defaults and checks; other keys are ignored):
 
-- ``optax_name``: ``'scale_by_adam'`` or ``'trace'`` (SGD with momentum).
-- ``optax``: keyword arguments of that optax function, e.g. ``dict(b1=0.9, b2=0.999,
-  mu_dtype='bfloat16')``; dtype arguments may be strings. Unknown keys raise.
-- ``lr``, ``wd``.
-- ``wd_mults``: ``[(regex, mult), ...]`` (by default kernels only). Parameters matching no
+- `optax_name`: `'scale_by_adam'` or `'trace'` (SGD with momentum).
+- `optax`: keyword arguments of that optax function, e.g. `dict(b1=0.9, b2=0.999,
+  mu_dtype='bfloat16')`; dtype arguments may be strings. Unknown keys raise.
+- `lr`, `wd`.
+- `wd_mults`: `[(regex, mult), ...]` (by default kernels only). Parameters matching no
   rule get no weight decay.
-- ``lr_mults``: ``[(regex, mult), ...]``. Parameters matching no rule get 1.
-- ``grad_clip_norm``: global-norm clip; ``None`` or 0 disables it.
-- ``schedule``: one schedule dict (see :func:`make_schedule`) for all parameters, or a list
-  ``[(regex, schedule_dict_or_None), ...]``; ``None`` freezes the matching parameters.
-  Every parameter must match a rule (end the list with ``('.*', ...)``).
+- `lr_mults`: `[(regex, mult), ...]`. Parameters matching no rule get 1.
+- `grad_clip_norm`: global-norm clip; `None` or 0 disables it.
+- `schedule`: one schedule dict (see `make_schedule`) for all parameters, or a list
+  `[(regex, schedule_dict_or_None), ...]`; `None` freezes the matching parameters.
+  Every parameter must match a rule (end the list with `('.*', ...)`).
 
-With ``mu_dtype='bfloat16'`` optax computes ``b1 * mu`` in bfloat16, so the carried moment
+With `mu_dtype='bfloat16'` optax computes `b1 * mu` in bfloat16, so the carried moment
 is decayed by bfloat16(b1) (0.8984375 for 0.9), not b1; big_vision, on the same optax code,
 does the same (tests/test_optim.py pins this down).
 
 Rules match the '/'-joined parameter path (e.g.
-``'Transformer/encoderblock_0/MlpBlock_0/Dense_0/kernel'``) with ``re.fullmatch``, and the
+`'Transformer/encoderblock_0/MlpBlock_0/Dense_0/kernel'`) with `re.fullmatch`, and the
 FIRST matching rule of a list applies, so put specific patterns before general ones.
 """
 
@@ -84,18 +84,18 @@ def _warmup_steps(cfg: Mapping[str, Any], total_steps: int) -> int:
 
 
 def make_schedule(schedule_cfg: Mapping[str, Any], total_steps: int) -> Schedule:
-  """Learning-rate multiplier ``t -> [0, mult]``: linear warmup from 0, then a decay.
+  """Learning-rate multiplier `t -> [0, mult]`: linear warmup from 0, then a decay.
 
-  Keys: ``decay_type`` (``'cosine'`` default, ``'linear'``, ``'rsqrt'``); ``warmup_steps``
-  or ``warmup_percent`` (fraction of ``total_steps``; default no warmup); ``mult`` (scales
-  the whole schedule, default 1); per decay type: ``min`` (cosine: value reached at
-  ``total_steps``, default 0), ``linear_end`` (linear: value reached at ``total_steps``,
-  default 0), ``timescale`` (rsqrt: ``sqrt(timescale / (t - warmup + timescale))`` after
+  Keys: `decay_type` (`'cosine'` default, `'linear'`, `'rsqrt'`); `warmup_steps`
+  or `warmup_percent` (fraction of `total_steps`; default no warmup); `mult` (scales
+  the whole schedule, default 1); per decay type: `min` (cosine: value reached at
+  `total_steps`, default 0), `linear_end` (linear: value reached at `total_steps`,
+  default 0), `timescale` (rsqrt: `sqrt(timescale / (t - warmup + timescale))` after
   warmup, default 10000; it does not reach 0).
 
-  The value at step ``t`` is ``t / warmup`` during warmup, exactly ``mult`` at
-  ``t = warmup``, and the decay spans the remaining ``total_steps - warmup`` steps (cosine:
-  ``mult / 2`` at their midpoint). Steps past ``total_steps`` keep the final value.
+  The value at step `t` is `t / warmup` during warmup, exactly `mult` at
+  `t = warmup`, and the decay spans the remaining `total_steps - warmup` steps (cosine:
+  `mult / 2` at their midpoint). Steps past `total_steps` keep the final value.
   """
   if int(total_steps) != total_steps or total_steps <= 0:
     raise ValueError(f"total_steps={total_steps!r} must be a positive integer")
@@ -131,14 +131,14 @@ def make_schedule(schedule_cfg: Mapping[str, Any], total_steps: int) -> Schedule
 
 
 def param_paths(params: Any) -> Any:
-  """The tree of '/'-joined parameter paths, e.g. ``'head/kernel'``, shaped like ``params``."""
+  """The tree of '/'-joined parameter paths, e.g. `'head/kernel'`, shaped like `params`."""
   return jax.tree_util.tree_map_with_path(
     lambda path, _: jax.tree_util.keystr(path, simple=True, separator="/"), params
   )
 
 
 def _rule_list(rules: Any, name: str) -> list[tuple[str, Any]]:
-  """Validates ``[(regex, value), ...]``: pairs with a string regex that compiles."""
+  """Validates `[(regex, value), ...]`: pairs with a string regex that compiles."""
   if isinstance(rules, (str, bytes)) or not isinstance(rules, Sequence):
     raise ValueError(f"config.{name} must be a list of (regex, value) pairs, got {rules!r}")
   out = []
@@ -175,7 +175,7 @@ def _masks(paths_tree: Any, assignment: Mapping[str, int | None], n: int) -> lis
 
 
 def _direction(config: Any) -> optax.GradientTransformation:
-  """The optax transformation named by ``config.optax_name``, with ``config.optax`` kwargs."""
+  """The optax transformation named by `config.optax_name`, with `config.optax` kwargs."""
   name = config.optax_name
   if name not in OPTIMIZERS:
     raise ValueError(f"config.optax_name={name!r} is unknown; valid: {sorted(OPTIMIZERS)}")
@@ -201,15 +201,15 @@ def make_optimizer(
 
   Args:
     config: the filled training config (see the module docstring for the keys read).
-    params: the parameter tree, real or abstract (``jax.ShapeDtypeStruct`` leaves); only its
-      structure and paths are used. ``init``/``update`` must get trees of this structure.
+    params: the parameter tree, real or abstract (`jax.ShapeDtypeStruct` leaves); only its
+      structure and paths are used. `init`/`update` must get trees of this structure.
     total_steps: length of the run, for the schedules.
 
   Returns:
-    ``(tx, schedules)``: the optax transformation, and ``{regex: schedule}`` for every
-    non-frozen schedule rule (``{'.*': schedule}`` for a single schedule dict), in config
-    order. ``schedule(t)`` is the multiplier of update ``t``; the step size is
-    ``lr * schedule(t)``, the decay rate ``wd * schedule(t)``. Log it on the host.
+    `(tx, schedules)`: the optax transformation, and `{regex: schedule}` for every
+    non-frozen schedule rule (`{'.*': schedule}` for a single schedule dict), in config
+    order. `schedule(t)` is the multiplier of update `t`; the step size is
+    `lr * schedule(t)`, the decay rate `wd * schedule(t)`. Log it on the host.
   """
   lr, wd, clip = float(config.lr), float(config.wd), config.grad_clip_norm
 

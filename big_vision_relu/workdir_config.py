@@ -16,12 +16,23 @@ import datetime
 import json
 from typing import Any
 
+import ml_collections
 from etils import epath
 
 from big_vision_relu import config as cfg_lib
 
 CONFIG_NAME = "config.json"
 HISTORY_NAME = "config_history.jsonl"
+
+
+def read_config(workdir: epath.PathLike) -> ml_collections.ConfigDict:
+  """The config a run wrote to `<workdir>/config.json` (what `evaluate` and `inspect` rebuild
+  the run from)."""
+  path = epath.Path(workdir) / CONFIG_NAME
+  if not path.exists():
+    raise FileNotFoundError(f"{path} does not exist: is {workdir} a training workdir? Pass "
+                            "--config to evaluate with an explicit config.")
+  return ml_collections.ConfigDict(json.loads(path.read_text()))
 
 
 class ConfigChangedError(ValueError):

@@ -1,4 +1,4 @@
-"""Attention statistics during training: a light version of `big_vision_relu.inspect`'s.
+"""Attention statistics during training: a light version of the notebook's (`inspect`).
 
 Config (under `evals.<name>`, type='attention_stats'):
   data          {name, split, data_dir} of an eval split
@@ -7,7 +7,7 @@ Config (under `evals.<name>`, type='attention_stats'):
   num_examples  how many of the split's first examples to look at (default 128, rounded up to
                 whole batches; the split's size at most)
 plus the log cadence keys read by the trainer. Metrics, for each encoder layer i (definitions
-in `big_vision_relu.inspect`):
+in `evaluators.attention_statistics`):
   layer{i}/zeros         fraction of exactly-zero attention weights (ReLU sparsity)
   layer{i}/row_sum_mean  mean over rows of sum_k w (softmax: 1)
   layer{i}/entropy       mean entropy (nats) of the row-normalised |w|, over non-zero rows
@@ -28,19 +28,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from big_vision_relu import inspect
 from big_vision_relu.data import datasets
 from big_vision_relu.data import input_pipeline
+from big_vision_relu.evaluators import attention_capture
+from big_vision_relu.evaluators import attention_statistics
 from big_vision_relu.evaluators import common
 from big_vision_relu.models import vit
 
-METRICS = ("zeros", "row_sum_mean", "entropy", "distance")
 
-
-def layer_sums(weights: jax.Array, mask: jax.Array, layout: inspect.TokenLayout
+def layer_sums(weights: jax.Array, mask: jax.Array, layout: attention_statistics.TokenLayout
                ) -> dict[str, jax.Array]:
   """One layer's weights `[n, heads, q, k]` -> sums (and their counts) over real examples."""
-  rows = inspect.row_statistics(weights, layout.grid_shape, layout.num_prefix_tokens)
+  rows = attention_statistics.row_statistics(weights, layout.grid_shape, layout.num_prefix_tokens)
   mask = mask.astype(weights.dtype)
   total = lambda x: jnp.sum(x.sum((1, 2)) * mask)  # noqa: E731  (over heads, rows; examples)
   num_rows = jnp.sum(mask) * weights.shape[1] * weights.shape[2]
@@ -74,8 +73,9 @@ class AttentionStatsEvaluator:
     self.num_batches = math.ceil(min(requested, available) / self.batch_size)
 
     def sums(params, batch):
-      layout = inspect.token_layout(model, batch["image"].shape[1:3])
-      weights = inspect.apply_inspecting(model, params, batch["image"], with_qk=False)["weights"]
+      layout = attention_capture.token_layout(model, batch["image"].shape[1:3])
+      weights = attention_capture.apply_inspecting(model, params, batch["image"],
+                                                   with_qk=False)["weights"]
       mask = batch[input_pipeline.MASK_KEY]
       return {"layers": [layer_sums(w, mask, layout) for w in weights],
               "count": jnp.sum(mask.astype(jnp.float32))}

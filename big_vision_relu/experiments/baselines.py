@@ -32,20 +32,21 @@ from sklearn.linear_model import RidgeClassifier
 from sklearn.neighbors import KNeighborsClassifier
 
 from big_vision_relu import run as run_lib
-from big_vision_relu.evaluators import registry
 from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator, embed_split
 
 PIXEL_PP = 'decode(channels=1)|value_range(-1, 1)|keep("image", "label")'
 
 
-def _pixels(params: Any, images: jax.Array) -> jax.Array:
-  """The 'model' whose features are the raw pixels: [b, h, w, c] -> [b, h * w * c]."""
-  del params
-  return images.reshape(images.shape[0], -1)
+class _Pixels:
+  """Stands in for the model: its `pre_logits` are the raw pixels `[b, h * w * c]`."""
+
+  def apply(self, variables: Any, images: jax.Array, train: bool) -> tuple[None, dict]:
+    del variables, train
+    return None, {"pre_logits": images.reshape(images.shape[0], -1)}
 
 
 def _batch_pixels(params: Any, batch: Mapping[str, jax.Array]) -> jax.Array:
-  return _pixels(params, batch["image"])
+  return _Pixels().apply(params, batch["image"], train=False)[1]["pre_logits"]
 
 
 def pixel_classifiers(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
@@ -74,11 +75,9 @@ def compute(config: ml_collections.ConfigDict, seeds: Sequence[int],
         for key, value in pixel_classifiers(x_train, y_train, x_test, y_test).items():
           results[f"{name}/{key}"] = value
       elif cfg.type == "fewshot":
-        pixels = FewShotEvaluator(cfg, _pixels, mesh=mesh, data_axis=axis)
+        pixels = FewShotEvaluator(cfg, model=_Pixels(), mesh=mesh, data_axis=axis)
         results.update({f"{name}/pixels/{k}": v for k, v in pixels.run(None).items()})
-        network = FewShotEvaluator(
-            cfg, registry.make_predict_fn(run.model, cfg.get("pred", "pre_logits")), mesh=mesh,
-            data_axis=axis)
+        network = FewShotEvaluator(cfg, model=run.model, mesh=mesh, data_axis=axis)
         for seed in seeds:
           params = jax.jit(run.init_state)(jax.random.PRNGKey(seed))["params"]
           results.update({f"{name}/random_init/seed{seed}/{k}": v

@@ -15,6 +15,8 @@ from etils import epath
 
 from big_vision_relu import checkpoint as checkpoint_lib
 from big_vision_relu import metrics as metrics_lib
+from big_vision_relu import run as run_lib
+from big_vision_relu import workdir_config
 from big_vision_relu.evaluators import attention_capture
 from big_vision_relu.models import vit
 
@@ -56,12 +58,7 @@ def load_run(workdir: str | epath.PathLike, step: int | None = None) -> Run:
     step: the checkpoint step; None: the newest readable one (an unreadable newer step is
       skipped with a warning; nothing on disk is changed).
   """
-  # Imported here while evaluators/attention_stats imports this package (run -> evaluators
-  # registry -> attention_stats -> inspect -> run is a cycle); move up once it imports
-  # evaluators.attention_capture and attention_statistics instead.
-  from big_vision_relu import evaluate as evaluate_lib
-  from big_vision_relu import run as run_lib
-  config = evaluate_lib.load_run_config(str(workdir))
+  config = workdir_config.read_config(workdir)
   model = run_lib.make_model(config)
   steps = checkpoint_steps(workdir)
   if step is not None and step not in steps:
