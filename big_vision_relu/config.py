@@ -24,8 +24,13 @@ DURATION_UNITS = ("steps", "epochs", "examples", "percent")
 TOTAL_KEYS = ("total_steps", "total_epochs", "total_examples")  # the run's length: one of them
 DATA_AXIS = "data"  # the mesh axis the batch is split over: config.mesh must have it
 DECAY_TYPES = ("cosine", "linear", "rsqrt")
-_SCHEDULE_KEYS = ("decay_type", "warmup_steps", "warmup_percent", "mult")
-_DECAY_TYPE_KEYS = {"cosine": ("min",), "linear": ("linear_end",), "rsqrt": ("timescale",)}
+# A schedule dict's defaults (optim.make_schedule's keys): the common ones, then each decay
+# type's own (valid only with that type). A warmup is warmup_steps or warmup_percent (a
+# fraction of the run); neither: none.
+SCHEDULE_DEFAULTS = {"decay_type": "cosine", "mult": 1.0}
+DECAY_TYPE_DEFAULTS = {"cosine": {"min": 0.0}, "linear": {"linear_end": 0.0},
+                       "rsqrt": {"timescale": 10_000}}
+_SCHEDULE_KEYS = (*SCHEDULE_DEFAULTS, "warmup_steps", "warmup_percent")
 
 
 def optional(value: Any = None) -> config_dict.FieldReference:
@@ -400,17 +405,28 @@ def check_schedules(schedule: Any, total_steps: int | None = None,
     check_schedule(schedule, total_steps, where)
 
 
+def fill_schedule(schedule: Mapping[str, Any] | ml_collections.ConfigDict,
+                  total_steps: int | None = None, where: str = "config.schedule"
+                  ) -> dict[str, Any]:
+  """One schedule dict, checked (`check_schedule`), with its defaults filled in (unset warmup
+  keys stay absent)."""
+  check_schedule(schedule, total_steps, where)
+  cfg = {k: v for k, v in _as_mapping(schedule, where).items() if v is not None}
+  filled = {**SCHEDULE_DEFAULTS, **cfg}
+  return {**DECAY_TYPE_DEFAULTS[filled["decay_type"]], **filled}
+
+
 def check_schedule(schedule: Mapping[str, Any] | ml_collections.ConfigDict,
                    total_steps: int | None = None, where: str = "config.schedule") -> None:
   """Checks one schedule dict (optim.make_schedule's keys): a known decay_type and its keys;
   a warmup of whole steps >= 0 or a fraction of the run in [0, 1), shorter than the run when
   `total_steps` is known; mult > 0; min, linear_end >= 0; timescale > 0."""
   cfg = {k: v for k, v in _as_mapping(schedule, where).items() if v is not None}
-  decay_type = cfg.get("decay_type", "cosine")
+  decay_type = {**SCHEDULE_DEFAULTS, **cfg}["decay_type"]
   if decay_type not in DECAY_TYPES:
     raise ValueError(f"{where}.decay_type={decay_type!r} is unknown; valid: "
                      f"{list(DECAY_TYPES)}")
-  valid = _SCHEDULE_KEYS + _DECAY_TYPE_KEYS[decay_type]
+  valid = (*_SCHEDULE_KEYS, *DECAY_TYPE_DEFAULTS[decay_type])
   unknown = sorted(set(cfg) - set(valid))
   if unknown:
     raise ValueError(f"{where} has unknown keys {unknown}; valid keys: {sorted(valid)}")

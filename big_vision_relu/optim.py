@@ -80,18 +80,20 @@ def _reject_unknown(given: Mapping[str, Any], valid: Sequence[str], name: str) -
 def _warmup_steps(cfg: Mapping[str, Any], total_steps: int) -> int:
   if "warmup_percent" in cfg:  # a fraction of the run (big_vision's "_percent"), not 0-100
     return int(cfg["warmup_percent"] * total_steps)
-  return int(cfg.get("warmup_steps", 0))
+  if "warmup_steps" in cfg:
+    return int(cfg["warmup_steps"])
+  return 0  # no warmup
 
 
 def make_schedule(schedule_cfg: Mapping[str, Any], total_steps: int) -> Schedule:
   """Learning-rate multiplier `t -> [0, mult]`: linear warmup from 0, then a decay.
 
-  Keys: `decay_type` (`'cosine'` default, `'linear'`, `'rsqrt'`); `warmup_steps`
-  or `warmup_percent` (fraction of `total_steps`; default no warmup); `mult` (scales
-  the whole schedule, default 1); per decay type: `min` (cosine: value reached at
-  `total_steps`, default 0), `linear_end` (linear: value reached at `total_steps`,
-  default 0), `timescale` (rsqrt: `sqrt(timescale / (t - warmup + timescale))` after
-  warmup, default 10000; it does not reach 0).
+  Keys (defaults: `config.SCHEDULE_DEFAULTS`, `config.DECAY_TYPE_DEFAULTS`): `decay_type`
+  (`'cosine'`, `'linear'`, `'rsqrt'`); `warmup_steps` or `warmup_percent` (fraction of
+  `total_steps`; neither: no warmup); `mult` (scales the whole schedule); per decay type: `min`
+  (cosine: value reached at `total_steps`), `linear_end` (linear: value reached at
+  `total_steps`), `timescale` (rsqrt: `sqrt(timescale / (t - warmup + timescale))` after
+  warmup; it does not reach 0).
 
   The value at step `t` is `t / warmup` during warmup, exactly `mult` at
   `t = warmup`, and the decay spans the remaining `total_steps - warmup` steps (cosine:
@@ -99,18 +101,17 @@ def make_schedule(schedule_cfg: Mapping[str, Any], total_steps: int) -> Schedule
   """
   if int(total_steps) != total_steps or total_steps <= 0:
     raise ValueError(f"total_steps={total_steps!r} must be a positive integer")
-  cfg_lib.check_schedule(schedule_cfg, total_steps)
-  cfg = {k: v for k, v in _as_dict(schedule_cfg, "schedule").items() if v is not None}
-  decay_type = cfg.get("decay_type", "cosine")
+  cfg = cfg_lib.fill_schedule(schedule_cfg, total_steps)
+  decay_type = cfg["decay_type"]
   warmup = _warmup_steps(cfg, total_steps)
   decay_steps = total_steps - warmup
 
   if decay_type == "cosine":
-    decay = optax.cosine_decay_schedule(1.0, decay_steps, alpha=float(cfg.get("min", 0.0)))
+    decay = optax.cosine_decay_schedule(1.0, decay_steps, alpha=float(cfg["min"]))
   elif decay_type == "linear":
-    decay = optax.linear_schedule(1.0, float(cfg.get("linear_end", 0.0)), decay_steps)
+    decay = optax.linear_schedule(1.0, float(cfg["linear_end"]), decay_steps)
   else:  # rsqrt: optax has no inverse-square-root schedule.
-    timescale = float(cfg.get("timescale", 10_000))
+    timescale = float(cfg["timescale"])
 
     def decay(t: jax.typing.ArrayLike) -> jax.Array:
       return jnp.sqrt(timescale / (t + timescale))
@@ -120,7 +121,7 @@ def make_schedule(schedule_cfg: Mapping[str, Any], total_steps: int) -> Schedule
     base = optax.join_schedules([optax.linear_schedule(0.0, 1.0, warmup), decay], [warmup])
   else:
     base = decay
-  mult = float(cfg.get("mult", 1.0))
+  mult = float(cfg["mult"])
 
   def schedule(step: jax.typing.ArrayLike) -> jax.Array:
     # A float step (the default float dtype: float32, or float64 under jax_enable_x64):

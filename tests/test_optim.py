@@ -269,6 +269,21 @@ def test_schedule_warmup_percent_and_mult():
   assert float(fn(500)) == pytest.approx(0.0, abs=1e-7)
 
 
+@pytest.mark.parametrize("given", [{}, {"decay_type": "linear", "warmup_steps": 10},
+                                   {"decay_type": "rsqrt", "warmup_percent": 0.1}])
+def test_a_schedule_runs_its_filled_dict(given):
+  """The schema's defaults are what runs: the dict as given and the dict `fill_schedule` makes
+  of it give the same schedule, and filling leaves only keys valid for the decay type."""
+  filled = cfg_lib.fill_schedule(given, 100)
+  assert given.items() <= filled.items()
+  assert cfg_lib.fill_schedule(filled, 100) == filled
+  as_given, as_filled = optim.make_schedule(given, 100), optim.make_schedule(filled, 100)
+  for t in [0, 5, 10, 50, 99, 100]:
+    assert float(as_given(t)) == float(as_filled(t))
+  with pytest.raises(ValueError, match="unknown keys"):
+    cfg_lib.fill_schedule({"decay_type": "cosine", "timescale": 5}, 100)
+
+
 def test_make_optimizer_returns_the_schedules():
   params = _nest(_params())
   _, schedules = optim.make_optimizer(_config(), params, 8)
