@@ -7,7 +7,9 @@ attention as config arguments.
 Arguments: variant (S/32 S/16 S/8 B/32 B/16 L/16 ...), attention (softmax relu relu2 gelu
 softplus identity relu6 sigmoid), alpha (seqlen_alpha), qk_norm, gated, fsdp (shard params and
 optimizer state over the data axis), runlocal (shrink to the offline datasets, minutes on a
-laptop: `configs/vit_i21k.py:runlocal`).
+laptop: `configs/vit_i21k.py:runlocal`), release (fall2011, the paper's, or winter2021, the
+release image-net.org offers today: its dataset `imagenet21k/winter2021`, its 19,167 classes
+in the head, onehot and i1k label map; see docs/imagenet21k.md).
 
 Recipe (the paper, "Replacing softmax with ReLU in Vision Transformers", arXiv:2309.08586, on
 big_vision's): imagenet21k `full[51200:]` (first 51,200 images held out: test `full[:25600]`,
@@ -25,24 +27,32 @@ Expected results: none published as numbers (the paper has only plots); see READ
 """
 import ml_collections
 
-from big_vision_relu.experiments import recipes
 from big_vision_relu.config import optional, parse_arg
+from big_vision_relu.data import label_maps
+from big_vision_relu.experiments import recipes
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   arg = parse_arg(arg, variant="B/16", attention="relu", alpha=1.0, qk_norm=True, gated=False,
-                  fsdp=False, runlocal=False)
+                  fsdp=False, runlocal=False, release="fall2011")
+  if arg.release not in label_maps.RELEASE_NUM_CLASSES:
+    raise ValueError(f"release={arg.release!r}: valid: {', '.join(label_maps.RELEASE_NUM_CLASSES)}")
+  num_classes = label_maps.RELEASE_NUM_CLASSES[arg.release]
+  # The paper's fall 2011 keeps the default config name; another release names its config, and
+  # the i1k evaluator maps that dataset's classes (label names) to ImageNet-1k by wnid.
+  data_name = "imagenet21k" if arg.release == "fall2011" else f"imagenet21k/{arg.release}"
+  label_map = "i21k_to_i1k" if arg.release == "fall2011" else data_name
   config = ml_collections.ConfigDict()
   config.seed = 0
   # Optional fields (placeholders): --config.total_epochs=None --config.total_steps=N works.
   config.total_epochs = optional(30)
   config.total_steps = optional()
   config.input = dict(
-      data=dict(name="imagenet21k", split="full[51200:]"),
+      data=dict(name=data_name, split="full[51200:]"),
       batch_size=4096,
-      pp=recipes.i21k_train_pp(arg.variant, recipes.I21K_NUM_CLASSES),
+      pp=recipes.i21k_train_pp(arg.variant, num_classes),
   )
-  config.num_classes = recipes.I21K_NUM_CLASSES
+  config.num_classes = num_classes
   config.init_head_bias = -10.0
   config.loss = "sigmoid_xent"
   _, mixup_p = recipes.I21K_AUGMENTATION.get(arg.variant, (None, None))
@@ -68,13 +78,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.evals = ml_collections.ConfigDict()
   for name, split in (("val", "full[25600:51200]"), ("test", "full[:25600]")):
-    config.evals[name] = dict(type="classification", data=dict(name="imagenet21k", split=split),
-                              pp_fn=recipes.eval_pp(recipes.I21K_NUM_CLASSES), batch_size=1024,
+    config.evals[name] = dict(type="classification", data=dict(name=data_name, split=split),
+                              pp_fn=recipes.eval_pp(num_classes), batch_size=1024,
                               log_steps=2000)
   config.evals.i1k = dict(type="classification", data=dict(name="imagenet2012",
                                                            split="validation"),
                           pp_fn=recipes.eval_pp(1000), batch_size=1024,
-                          label_map="i21k_to_i1k", log_steps=2000)
+                          label_map=label_map, log_steps=2000)
   # big_vision's few-shot preprocessing: resize(256)|central_crop(224).
   config.evals.fewshot = recipes.fewshot_eval(recipes.FEWSHOT_8, size=224, resize=256,
                                               batch_size=512, log_steps=10_000)

@@ -13,6 +13,7 @@ import tensorflow_datasets as tfds
 
 from big_vision_relu.data import datasets, imagenet21k, label_maps
 
+import imagenet21k_fixture as fixture
 from conftest import block_network
 
 # Real wnids, deliberately not in sorted order: labels are positions in this list.
@@ -47,16 +48,6 @@ def _make_files() -> dict[str, bytes]:
   return files
 
 
-def _add(tar: tarfile.TarFile, name: str, data: bytes | None, mtime: int) -> None:
-  info = tarfile.TarInfo(name)
-  info.mtime = mtime
-  if data is None:
-    info.type = tarfile.DIRTYPE
-  else:
-    info.size = len(data)
-  tar.addfile(info, None if data is None else io.BytesIO(data))
-
-
 def _write_manual_dir(path, files: dict[str, bytes], wnids, *, variant: bool):
   """One tar per wnid. variant: tars and members in reverse order, other mtimes, members
   under a directory entry, plus a tar outside the class set and a non-tar file."""
@@ -66,14 +57,14 @@ def _write_manual_dir(path, files: dict[str, bytes], wnids, *, variant: bool):
     names = [n for n in files if n.startswith(wnid + "/")]
     with tarfile.open(path / f"{wnid}.tar", "w") as tar:
       if variant:
-        _add(tar, wnid, None, mtime)
+        fixture.add_member(tar, wnid, None, mtime)
       for name in (reversed(names) if variant else names):
         member = name if variant else name.split("/")[1]  # '<wnid>/<file>' or '<file>'.
-        _add(tar, member, files[name], mtime)
+        fixture.add_member(tar, member, files[name], mtime)
     os.utime(path / f"{wnid}.tar", (mtime, mtime))
   if variant:
     with tarfile.open(path / f"{OUTSIDE}.tar", "w") as tar:
-      _add(tar, f"{OUTSIDE}_1.JPEG", files[GRAY], mtime)
+      fixture.add_member(tar, f"{OUTSIDE}_1.JPEG", files[GRAY], mtime)
     (path / "README.txt").write_text("not a synset tar")
   return path
 
@@ -82,22 +73,8 @@ def _config(name: str = "tiny", wnids=WNIDS, **kwargs) -> imagenet21k.Imagenet21
   return imagenet21k.Imagenet21kConfig(name=name, wnids=tuple(wnids), **kwargs)
 
 
-def _build(manual_dir, data_dir, config) -> None:
-  builder = imagenet21k.Imagenet21k(config=config, data_dir=str(data_dir))
-  builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-      manual_dir=str(manual_dir), try_download_gcs=False))
-
-
 def _records(data_dir, name: str = "imagenet21k/tiny") -> list[bytes]:
-  """The serialized examples of `full`, read as the input pipeline does."""
-  source = datasets.raw_record_source(datasets.get_builder(name, str(data_dir)), "full")
-  return list(source.__getitems__(list(range(len(source)))))
-
-
-def _parse(record: bytes) -> tuple[bytes, int, str]:
-  feature = tf.train.Example.FromString(record).features.feature
-  return (feature["image"].bytes_list.value[0], feature["label"].int64_list.value[0],
-          feature["file_name"].bytes_list.value[0].decode())
+  return fixture.records(data_dir, name)
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +87,8 @@ def built(tmp_path_factory):
   manual_b = _write_manual_dir(root / "manual_b", files, WNIDS, variant=True)
   with pytest.MonkeyPatch.context() as mp:
     attempts = block_network(mp)
-    _build(manual_a, root / "data_a", _config())
-    _build(manual_b, root / "data_b", _config())
+    fixture.build(manual_a, root / "data_a", _config())
+    fixture.build(manual_b, root / "data_b", _config())
   assert not attempts, f"the build tried the network: {attempts}"
   return {"files": files, "root": root, "manual_a": manual_a,
           "records_a": _records(root / "data_a"), "records_b": _records(root / "data_b")}
@@ -119,7 +96,7 @@ def built(tmp_path_factory):
 
 def test_examples_labels_and_kept_jpeg_bytes(built):
   files = built["files"]
-  examples = [_parse(r) for r in built["records_a"]]
+  examples = [fixture.parse(r) for r in built["records_a"]]
   assert sorted(name for _, _, name in examples) == sorted(files)
   builder = datasets.get_builder("imagenet21k/tiny", str(built["root"] / "data_a"))
   assert builder.info.file_format == tfds.core.file_adapters.FileFormat.ARRAY_RECORD
@@ -134,7 +111,7 @@ def test_examples_labels_and_kept_jpeg_bytes(built):
 
 
 def test_cmyk_and_png_are_reencoded_as_rgb_jpeg(built):
-  stored = {name: image for image, _, name in map(_parse, built["records_a"])}
+  stored = {name: image for image, _, name in map(fixture.parse, built["records_a"])}
   for name in REENCODED:
     with PIL.Image.open(io.BytesIO(stored[name])) as image:
       assert (image.format, image.mode) == ("JPEG", "RGB"), name
@@ -148,7 +125,7 @@ def test_cmyk_and_png_are_reencoded_as_rgb_jpeg(built):
 def test_order_depends_only_on_file_names(built):
   # Tars and members written in other orders, with other mtimes and layout: same records.
   assert built["records_a"] == built["records_b"]
-  names = [_parse(r)[2] for r in built["records_a"]]
+  names = [fixture.parse(r)[2] for r in built["records_a"]]
   # The documented order: by md5(split name + file name), TFDS's key hash.
   assert names == sorted(names, key=lambda n: hashlib.md5(b"full" + n.encode()).hexdigest())
   assert names != sorted(names)
@@ -165,12 +142,12 @@ def test_slices_through_num_examples(built):
 def test_missing_classes_raise_unless_allowed(built, tmp_path):
   wnids = WNIDS + (ABSENT,)
   with pytest.raises(ValueError, match=rf"1 of the 5 classes .* e\.g\. {ABSENT}\. .*fall 2011"):
-    _build(built["manual_a"], tmp_path / "strict", _config("strict", wnids))
-  _build(built["manual_a"], tmp_path / "lenient",
+    fixture.build(built["manual_a"], tmp_path / "strict", _config("strict", wnids))
+  fixture.build(built["manual_a"], tmp_path / "lenient",
          _config("lenient", wnids, may_be_missing=frozenset({ABSENT})))
   builder = datasets.get_builder("imagenet21k/lenient", str(tmp_path / "lenient"))
   assert builder.info.features["label"].num_classes == 5
-  labels = [_parse(r)[1] for r in _records(tmp_path / "lenient", "imagenet21k/lenient")]
+  labels = [fixture.parse(r)[1] for r in _records(tmp_path / "lenient", "imagenet21k/lenient")]
   assert len(labels) == 15 and 4 not in labels
 
 
@@ -184,10 +161,10 @@ def test_empty_tar_or_undecodable_file_raise(tmp_path, content, match):
   for wnid in WNIDS:
     with tarfile.open(manual / f"{wnid}.tar", "w") as tar:
       if content is not None or wnid != WNIDS[0]:
-        _add(tar, f"{wnid}_1.JPEG", content or _encode(PIL.Image.new("RGB", (4, 4)), "JPEG"),
-             0)
+        fixture.add_member(tar, f"{wnid}_1.JPEG",
+                           content or _encode(PIL.Image.new("RGB", (4, 4)), "JPEG"))
   with pytest.raises(ValueError, match=match):
-    _build(manual, tmp_path / "data", _config())
+    fixture.build(manual, tmp_path / "data", _config())
 
 
 def test_config_rejects_bad_class_lists():
@@ -197,13 +174,19 @@ def test_config_rejects_bad_class_lists():
     _config("bad", ("dog",))
   with pytest.raises(ValueError, match="outside wnids"):
     _config("extra", WNIDS, may_be_missing=frozenset({ABSENT}))
+  with pytest.raises(ValueError, match="not both or neither"):
+    _config("both", WNIDS, num_classes=4)
+  with pytest.raises(ValueError, match="not both or neither"):
+    imagenet21k.Imagenet21kConfig(name="neither")
 
 
 def test_default_config_is_googles_21843_classes(tmp_path):
   builder = tfds.builder("imagenet21k", data_dir=str(tmp_path))
-  assert builder.builder_config is imagenet21k.FALL11
+  assert builder.builder_config is imagenet21k.FALL2011
+  assert tfds.builder("imagenet21k/fall2011", data_dir=str(tmp_path)).builder_config is (
+      imagenet21k.FALL2011)
   assert builder.info.features["label"].names == label_maps.imagenet21k_wnids()
-  assert imagenet21k.FALL11.may_be_missing <= set(label_maps.imagenet21k_wnids())
+  assert imagenet21k.FALL2011.may_be_missing <= set(label_maps.imagenet21k_wnids())
 
 
 def test_get_builder_fails_fast_with_the_manual_download_instructions(tmp_path, monkeypatch):

@@ -3,21 +3,33 @@ r"""ImageNet-21k as a TFDS dataset (`imagenet21k`), built from the official manu
 Importing this module registers the builder. Build it once (no network; reads only the
 manual dir) with
 
-    python -m big_vision_relu.data.imagenet21k --manual_dir=DIR [--data_dir=TFDS_DIR]
+    python -m big_vision_relu.data.imagenet21k [--release=winter2021] --manual_dir=DIR \
+        [--data_dir=TFDS_DIR]
 
-Classes. Google's ImageNet-21k models (big_vision, ViT, BiT) have 21,843 classes, in the order
-of `label_maps.imagenet21k_wnids()`. They are the synsets of ImageNet's fall 2011 release
-(`fall11_whole.tar`, 14,197,122 images in 21,841 non-empty synsets); two of Google's classes
-have no images there, reportedly n03931044 and n09859684 (google-research/big_transfer issue
-#18, not checked here), so the default config (`fall11`) tolerates exactly those two being
-absent; they keep their labels and simply have no examples. The winter 2021 release
-(`winter21_whole.tar.gz`) removed many synsets (about 19.2k remain), so it cannot give
-Google's class set: building from it fails with the number of missing classes and examples.
-Any other class set is a custom `Imagenet21kConfig` (`wnids` in label order, plus the
-`may_be_missing` classes that are allowed to have no images).
+Releases (builder configs; docs/imagenet21k.md compares them for the paper's results):
 
-Manual dir: the per-synset tars `nXXXXXXXX.tar` (each a flat tar of JPEGs), i.e. the unpacked
-outer tar (`tar xf fall11_whole.tar -C DIR`). Other files in it are ignored; a synset tar of a
+- `imagenet21k/fall2011` (default, = `imagenet21k`): Google's 21,843 classes (big_vision, ViT,
+  BiT), in the order of `label_maps.imagenet21k_wnids()`, the synsets of ImageNet's fall 2011
+  release (`fall11_whole.tar`, 14,197,122 images in 21,841 non-empty synsets); two of Google's
+  classes have no images there, reportedly n03931044 and n09859684 (google-research/
+  big_transfer issue #18, not checked here), so exactly those two may be absent; they keep
+  their labels and simply have no examples.
+- `imagenet21k/winter2021`: the release image-net.org offers today (`winter21_whole.tar.gz`,
+  about 13.2M images; 19,167 synsets by its description, `label_maps.RELEASE_NUM_CLASSES`). Its
+  exact class list is not packaged here, so the builder takes it from the synset tars in the
+  manual dir, sorted by wnid (label i = i-th smallest wnid), and refuses any other number of
+  tars than the release's: more means tars of another release (fall 2011) are mixed in, fewer
+  a partial copy. The label names (wnids) and `release_differences` (Google's classes it lacks,
+  its classes outside them, the ImageNet-1k classes it lacks) are stored with the dataset
+  (`label.labels.txt`, `metadata.json`) and logged.
+
+Any other class set is a custom `Imagenet21kConfig` (fixed `wnids` in label order plus the
+`may_be_missing` classes allowed to have no images; or no `wnids` and the `num_classes` that
+the derived list must have).
+
+Manual dir: the per-synset tars `nXXXXXXXX.tar` (each a tar of JPEGs), i.e. the unpacked
+outer archive (`tar xf fall11_whole.tar -C DIR`; for winter 2021 the folder holding the
+`n*.tar` after `tar xzf winter21_whole.tar.gz`). Other files in it are ignored; a synset tar of a
 wnid outside the class set is ignored with a warning. Tars are streamed (never extracted).
 
 Features: `image` (JPEG bytes), `label` (index of the wnid in the class list; ClassLabel names
@@ -78,54 +90,74 @@ _WNID = re.compile(r"n\d{8}")
 _NUM_SHOWN = 10  # How many offending wnids messages list.
 
 MANUAL_DOWNLOAD_INSTRUCTIONS = """\
-Get the ImageNet fall 2011 release, `fall11_whole.tar` (1.3 TB, from image-net.org after
-registration; its download page may list only the winter 2021 release, which lacks many of
-Google's 21,843 classes: ask image-net.org or use a copy your organisation keeps), and unpack
-the outer tar into the manual dir:
+Get one ImageNet-21k release from image-net.org (after registration) and unpack its outer
+archive, one release per manual dir:
 
-    tar xf fall11_whole.tar -C MANUAL_DIR
+- fall 2011 (the paper's, `imagenet21k/fall2011`, the default): `fall11_whole.tar` (1.3 TB;
+  image-net.org's download page may list only winter 2021: ask image-net.org or use a copy
+  your organisation keeps): `tar xf fall11_whole.tar -C MANUAL_DIR`
+- winter 2021 (`imagenet21k/winter2021`, its own class list): `winter21_whole.tar.gz`:
+  `tar xzf winter21_whole.tar.gz -C DIR`; MANUAL_DIR is the folder that then holds the tars.
 
-MANUAL_DIR must then hold the per-synset tars `n01440764.tar`, ... directly (keep them as tars;
-do not unpack them). Build with:
+MANUAL_DIR must hold the per-synset tars `n01440764.tar`, ... directly (keep them as tars; do
+not unpack them). Build with:
 
-    python -m big_vision_relu.data.imagenet21k --manual_dir=MANUAL_DIR --data_dir=DATA_DIR
+    python -m big_vision_relu.data.imagenet21k --release=fall2011|winter2021 \\
+        --manual_dir=MANUAL_DIR --data_dir=DATA_DIR
 """
 
 
 @dataclasses.dataclass(eq=False)
 class Imagenet21kConfig(tfds.core.BuilderConfig):
-  """A class set for `imagenet21k`.
+  """A class set for `imagenet21k`: fixed (`wnids`) or derived from the manual dir.
 
   Attributes:
-    wnids: the classes, in label order (label i is `wnids[i]`).
-    may_be_missing: classes allowed to have no images in the manual dir (no tar, or an empty
-      one). Any other class without images is an error.
+    wnids: the classes, in label order (label i is `wnids[i]`); empty: the class list is the
+      sorted wnids of the synset tars in the manual dir, which must number `num_classes`.
+    may_be_missing: (fixed lists only) classes allowed to have no images in the manual dir
+      (no tar, or an empty one). Any other class without images is an error.
+    num_classes: (derived lists only) how many classes the release has.
   """
 
   wnids: tuple[str, ...] = dataclasses.field(default=(), repr=False)
   may_be_missing: frozenset[str] = frozenset()
+  num_classes: int | None = None
 
   def __post_init__(self) -> None:
     # Fail when the config is made, not hours into a build.
-    if not self.wnids:
-      raise ValueError(f"config {self.name!r}: wnids must not be empty")
-    bad = [w for w in self.wnids if not _WNID.fullmatch(w)]
-    if bad:
-      raise ValueError(f"config {self.name!r}: not wordnet ids (nXXXXXXXX): {bad[:_NUM_SHOWN]}")
-    if len(set(self.wnids)) != len(self.wnids):
-      duplicates = sorted(w for w, n in collections.Counter(self.wnids).items() if n > 1)
-      raise ValueError(f"config {self.name!r}: repeated wnids {duplicates[:_NUM_SHOWN]}")
+    if bool(self.wnids) == (self.num_classes is not None):
+      raise ValueError(f"config {self.name!r}: give either wnids (a fixed class list) or "
+                       "num_classes (a list derived from the manual dir), not both or neither")
+    if self.num_classes is not None and (self.num_classes < 1 or self.may_be_missing):
+      raise ValueError(f"config {self.name!r}: a derived class list needs num_classes >= 1 "
+                       f"and no may_be_missing, got {self.num_classes}, {self.may_be_missing}")
+    check_wnids(self.wnids, f"config {self.name!r}")
     unknown = sorted(set(self.may_be_missing) - set(self.wnids))
     if unknown:
       raise ValueError(f"config {self.name!r}: may_be_missing has wnids outside wnids: "
                        f"{unknown[:_NUM_SHOWN]}")
 
 
-FALL11 = Imagenet21kConfig(
-    name="fall11",
+def check_wnids(wnids: collections.abc.Sequence[str], what: str) -> None:
+  """Raises ValueError unless `wnids` are distinct wordnet ids (nXXXXXXXX)."""
+  bad = [w for w in wnids if not _WNID.fullmatch(w)]
+  if bad:
+    raise ValueError(f"{what}: not wordnet ids (nXXXXXXXX): {bad[:_NUM_SHOWN]}")
+  if len(set(wnids)) != len(wnids):
+    duplicates = sorted(w for w, n in collections.Counter(wnids).items() if n > 1)
+    raise ValueError(f"{what}: repeated wnids {duplicates[:_NUM_SHOWN]}")
+
+
+FALL2011 = Imagenet21kConfig(
+    name="fall2011",
     description="Google's 21,843 ImageNet-21k classes, images of the fall 2011 release.",
     wnids=tuple(label_maps.imagenet21k_wnids()),
     may_be_missing=frozenset({"n03931044", "n09859684"}),
+)
+WINTER2021 = Imagenet21kConfig(
+    name="winter2021",
+    description="The winter 2021 release; its class list is the sorted wnids of its tars.",
+    num_classes=label_maps.RELEASE_NUM_CLASSES["winter2021"],
 )
 
 
@@ -139,28 +171,43 @@ def find_synset_tars(manual_dir: epath.PathLike) -> dict[str, epath.Path]:
   return tars
 
 
-def check_classes(config: Imagenet21kConfig, tars: collections.abc.Mapping[str, epath.Path],
-                  manual_dir: epath.PathLike) -> None:
-  """Raises ValueError if a class of `config` outside `may_be_missing` has no tar.
+def class_list(config: Imagenet21kConfig, tars: collections.abc.Mapping[str, epath.Path],
+               manual_dir: epath.PathLike) -> tuple[str, ...]:
+  """The classes of `config` (label order) for the tars in `manual_dir`.
 
-  Tars of wnids outside the class set are logged (they are not part of the dataset).
+  Raises ValueError if a fixed class outside `may_be_missing` has no tar, or if a derived
+  list does not have `num_classes` classes. Tars outside a fixed class set are logged (they
+  are not part of the dataset).
   """
+  where = f"imagenet21k/{config.name}"
+  if not tars:
+    raise ValueError(f"The manual dir {manual_dir} holds no nXXXXXXXX.tar at all: unpack the "
+                     f"release into it first.\n{MANUAL_DOWNLOAD_INSTRUCTIONS}")
+  if not config.wnids:
+    if len(tars) != config.num_classes:
+      raise ValueError(
+          f"The manual dir {manual_dir} holds {len(tars)} synset tars, but {where} has "
+          f"{config.num_classes} classes. "
+          + ("More means tars of another release (fall 2011?) are mixed in: keep one release "
+             "per manual dir. " if len(tars) > config.num_classes else
+             "Fewer means a partial copy: unpack the whole archive. ")
+          + "If your copy of the release really has this many classes, build a custom "
+          f"Imagenet21kConfig(name=..., num_classes={len(tars)}).")
+    return tuple(sorted(tars))
   missing = [w for w in config.wnids if w not in tars and w not in config.may_be_missing]
   if missing:
-    hint = ("It holds no nXXXXXXXX.tar at all: unpack the release into it first. " if not tars
-            else "")
     raise ValueError(
-        f"{len(missing)} of the {len(config.wnids)} classes of imagenet21k/{config.name} have "
-        f"no <wnid>.tar in the manual dir {manual_dir}, e.g. "
-        f"{', '.join(missing[:_NUM_SHOWN])}. {hint}Google's class set needs the "
-        f"fall 2011 release (the winter 2021 one removed many synsets); for another class set "
-        f"use an Imagenet21kConfig listing the allowed absentees in may_be_missing.\n"
+        f"{len(missing)} of the {len(config.wnids)} classes of {where} have no <wnid>.tar in "
+        f"the manual dir {manual_dir}, e.g. {', '.join(missing[:_NUM_SHOWN])}. Google's "
+        f"class set needs the fall 2011 release; for the winter 2021 one (which removed "
+        f"many synsets) build imagenet21k/winter2021; for another class set use an "
+        f"Imagenet21kConfig listing the allowed absentees in may_be_missing.\n"
         f"{MANUAL_DOWNLOAD_INSTRUCTIONS}")
   extra = sorted(set(tars) - set(config.wnids))
   if extra:
-    logging.warning("Ignoring %d synset tars in %s outside the %d classes of imagenet21k/%s, "
-                    "e.g. %s", len(extra), manual_dir, len(config.wnids), config.name,
-                    extra[:_NUM_SHOWN])
+    logging.warning("Ignoring %d synset tars in %s outside the %d classes of %s, e.g. %s",
+                    len(extra), manual_dir, len(config.wnids), where, extra[:_NUM_SHOWN])
+  return config.wnids
 
 
 def iter_tar_files(path: epath.Path) -> collections.abc.Iterator[tuple[str, bytes]]:
@@ -194,15 +241,16 @@ def as_rgb_jpeg(data: bytes, where: str) -> tuple[bytes, str | None]:
 
 
 class Imagenet21k(tfds.core.GeneratorBasedBuilder):
-  """ImageNet-21k (fall 2011 release) in Google's 21,843-class order; one split, `full`.
+  """ImageNet-21k, one config per release (default: fall 2011 in Google's 21,843-class order);
+  one split, `full`.
 
-  See the module docstring for the class set, image handling and the record order.
+  See the module docstring for the class sets, image handling and the record order.
   """
 
   name = "imagenet21k"
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "Initial release."}
-  BUILDER_CONFIGS = [FALL11]
+  BUILDER_CONFIGS = [FALL2011, WINTER2021]
   MANUAL_DOWNLOAD_INSTRUCTIONS = MANUAL_DOWNLOAD_INSTRUCTIONS
 
   def __init__(self, *, file_format: str | None = None, **kwargs):
@@ -210,33 +258,42 @@ class Imagenet21k(tfds.core.GeneratorBasedBuilder):
     super().__init__(file_format=file_format or builders.DEFAULT_FILE_FORMAT, **kwargs)
 
   def _info(self) -> tfds.core.DatasetInfo:
+    wnids = self.builder_config.wnids
     return tfds.core.DatasetInfo(
         builder=self,
         description=__doc__,
         features=tfds.features.FeaturesDict({
             "image": tfds.features.Image(encoding_format="jpeg",
                                          doc="JPEG bytes, as in the release when possible."),
-            "label": tfds.features.ClassLabel(names=list(self.builder_config.wnids),
+            # A derived class list gets its names when built (restored from the data dir).
+            "label": tfds.features.ClassLabel(names=list(wnids) if wnids else None,
                                               doc="Index of the wnid in the class list."),
             "file_name": tfds.features.Text(doc="<wnid>/<file name in the synset tar>"),
         }),
         supervised_keys=("image", "label"),
         homepage="https://www.image-net.org/",
+        metadata=tfds.core.MetadataDict(),
     )
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     manual_dir = dl_manager.manual_dir
     tars = find_synset_tars(manual_dir)
-    check_classes(self.builder_config, tars, manual_dir)
-    return {SPLIT: self._generate_examples(tars)}
+    wnids = class_list(self.builder_config, tars, manual_dir)
+    self.info.features["label"].names = list(wnids)
+    differences = label_maps.release_differences(wnids)
+    self.info.metadata.update(differences)
+    logging.info("imagenet21k/%s: %d classes; %s", self.builder_config.name, len(wnids),
+                 {k: len(v) for k, v in differences.items()})
+    return {SPLIT: self._generate_examples(wnids, tars)}
 
-  def _generate_examples(self, tars: collections.abc.Mapping[str, epath.Path]
+  def _generate_examples(self, wnids: tuple[str, ...],
+                         tars: collections.abc.Mapping[str, epath.Path]
                          ) -> collections.abc.Iterator[tuple[str, dict]]:
     config = self.builder_config
     num_reencoded = 0
-    for label, wnid in enumerate(config.wnids):
+    for label, wnid in enumerate(wnids):
       if wnid not in tars:
-        continue  # Allowed by check_classes.
+        continue  # Allowed by class_list.
       num_images = 0
       for name, data in iter_tar_files(tars[wnid]):
         file_name = f"{wnid}/{name}"
@@ -256,16 +313,19 @@ class Imagenet21k(tfds.core.GeneratorBasedBuilder):
 
 
 def main(argv: collections.abc.Sequence[str] | None = None) -> None:
-  """Command line: builds `imagenet21k` (default config) from a manual dir."""
+  """Command line: builds `imagenet21k/<release>` from a manual dir."""
   parser = argparse.ArgumentParser(
-      description="Builds the imagenet21k TFDS dataset (ArrayRecord) from the per-synset "
-                  "tars of the ImageNet fall 2011 release. No network.")
+      description="Builds the imagenet21k TFDS dataset (ArrayRecord) of one ImageNet release "
+                  "from its per-synset tars. No network.")
+  parser.add_argument("--release", default=FALL2011.name,
+                      choices=[c.name for c in Imagenet21k.BUILDER_CONFIGS],
+                      help="Which release the manual dir holds (the builder config).")
   parser.add_argument("--manual_dir", required=True,
-                      help="Directory holding n01440764.tar, ... (the unpacked outer tar).")
+                      help="Directory holding n01440764.tar, ... (the unpacked outer archive).")
   parser.add_argument("--data_dir", default=None,
                       help="TFDS data dir (default: TFDS_DATA_DIR or ~/tensorflow_datasets).")
   args = parser.parse_args(argv)
-  builder = Imagenet21k(data_dir=args.data_dir)
+  builder = Imagenet21k(config=args.release, data_dir=args.data_dir)
   builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
       manual_dir=args.manual_dir, try_download_gcs=False))
   print(f"{builder.info.full_name}: {builder.data_dir} "

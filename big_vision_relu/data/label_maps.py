@@ -11,12 +11,17 @@ Files (written by `tools/make_i1k_label_map.py`; no header lines):
 One ImageNet-1k class has no ImageNet-21k counterpart: class `I1K_ABSENT_CLASS` (850,
 `n04399382`, "teddy, teddy bear") is not in the fall 2011 ImageNet-21k release, so Google's
 21,843 classes do not contain it; its index is `MISSING` (-1).
+
+Other releases (winter 2021: `RELEASE_NUM_CLASSES`) have their own class lists, derived from
+their synset tars when built (`imagenet21k/winter2021`); `i1k_indices` maps any class list to
+ImageNet-1k by wnid and `release_differences` says what it lacks against Google's classes.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.resources
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -26,6 +31,10 @@ MISSING = -1
 """Index given to an ImageNet-1k class absent from ImageNet-21k."""
 I1K_ABSENT_CLASS = 850
 """The ImageNet-1k class (`n04399382`, teddy bear) with no ImageNet-21k class."""
+RELEASE_NUM_CLASSES = {"fall2011": NUM_I21K_CLASSES, "winter2021": 19167}
+"""Classes per ImageNet-21k release (builder config of `imagenet21k`): fall 2011 as Google's
+21,843 (21,841 with images); winter 2021 as image-net.org describes it (19,167 synsets; not
+checked against the archive here, whose class list the builder derives from its tars)."""
 
 
 def _read_lines(name: str) -> list[str]:
@@ -59,6 +68,11 @@ def _i1k_map() -> tuple[tuple[int, ...], tuple[str, ...]]:
   return tuple(indices), tuple(wnids)
 
 
+def imagenet1k_wnids() -> list[str]:
+  """The 1,000 ImageNet-1k wordnet ids in TFDS `imagenet2012` label order."""
+  return list(_i1k_map()[1])
+
+
 def imagenet21k_wnids() -> list[str]:
   """The 21,843 wordnet ids in Google's ImageNet-21k class order (index = class id)."""
   return list(_i21k_wnids())
@@ -74,3 +88,29 @@ def i21k_to_i1k_indices() -> np.ndarray:
   as wrong), or drop those images from the evaluation; report which.
   """
   return np.array(_i1k_map()[0], dtype=np.int64)
+
+
+def i1k_indices(wnids: Sequence[str]) -> np.ndarray:
+  """int64 `[1000]`: entry j is the index in `wnids` (a 21k head's class list, e.g. a
+  release's label names) of ImageNet-1k class j's wnid, or `MISSING` (-1) if absent.
+
+  `i1k_indices(imagenet21k_wnids())` equals `i21k_to_i1k_indices()`; the same caveat about
+  gathering with -1 applies.
+  """
+  position = {w: i for i, w in enumerate(wnids)}
+  if len(position) != len(wnids):
+    raise ValueError(f"class list of {len(wnids)} wnids has repeats")
+  return np.array([position.get(w, MISSING) for w in _i1k_map()[1]], dtype=np.int64)
+
+
+def release_differences(wnids: Sequence[str]) -> dict[str, list[str]]:
+  """What a class list (e.g. a release's) lacks or adds against Google's fall 2011 classes.
+
+  Returns sorted wnid lists: `absent_from_release` (Google's classes it lacks),
+  `not_in_fall2011` (its classes outside Google's), `i1k_absent` (ImageNet-1k classes it
+  lacks, whose images a label-mapped 21k head always gets wrong).
+  """
+  release, google = set(wnids), set(_i21k_wnids())
+  return {"absent_from_release": sorted(google - release),
+          "not_in_fall2011": sorted(release - google),
+          "i1k_absent": sorted(set(_i1k_map()[1]) - release)}

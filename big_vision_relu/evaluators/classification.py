@@ -10,6 +10,10 @@ no fine-tuning: logits are restricted to the 1,000 ImageNet-1k classes (by wordn
 the argmax and the loss. ImageNet-1k class 850 (teddy bear, n04399382) has no ImageNet-21k
 class: its column is -inf, so those images always count as errors (accuracy capped at 99.9%);
 we keep them rather than drop them so the denominator is the full validation set.
+A head trained on another ImageNet-21k release names its dataset instead
+(`label_map='imagenet21k/winter2021'`): the map is computed by wnid from that prepared dataset's
+label names (looked up in the eval data's `data_dir`), with -inf for every ImageNet-1k class
+the release lacks.
 """
 from __future__ import annotations
 
@@ -30,6 +34,20 @@ from big_vision_relu.evaluators import common
 LABEL_MAPS: dict[str, Callable[[], np.ndarray]] = {
     "i21k_to_i1k": label_maps.i21k_to_i1k_indices,
 }
+_I21K = "imagenet21k"
+
+
+def label_map_indices(label_map: str, data_dir: str | None = None) -> np.ndarray:
+  """The ImageNet-1k -> head class indices of `label_map`: a name in `LABEL_MAPS`, or an
+  ImageNet-21k release's dataset (`imagenet21k/<release>`, prepared in `data_dir`)."""
+  if label_map in LABEL_MAPS:
+    return LABEL_MAPS[label_map]()
+  if label_map.split("/")[0].split(":")[0] == _I21K:
+    names = datasets.get_builder(label_map, data_dir).info.features["label"].names
+    return label_maps.i1k_indices(names)
+  raise ValueError(f"Unknown label_map {label_map!r}; valid: {', '.join(LABEL_MAPS)} or "
+                   f"{_I21K}/<release> (the dataset whose label names are the head's classes).")
+
 def restrict_logits(logits: jax.Array, indices: np.ndarray) -> jax.Array:
   """`logits[:, indices]`, with -inf where an index is -1 (a class the head does not have)."""
   indices = np.asarray(indices)
@@ -55,8 +73,8 @@ class ClassificationEvaluator:
 
   Config keys (under `evals.<name>`): type='classification', data {name, split, data_dir},
   pp_fn, batch_size, loss_name (default: the training loss, `default_loss`), label_map
-  (optional: 'i21k_to_i1k'), pred (default 'logits'), plus the log cadence keys read by the
-  trainer.
+  (optional: 'i21k_to_i1k' or 'imagenet21k/<release>'), pred (default 'logits'), plus the log
+  cadence keys read by the trainer.
   """
   CONFIG_KEYS = ("type", "data", "pp_fn", "batch_size", "loss_name", "label_map", "pred")
 
@@ -70,9 +88,7 @@ class ClassificationEvaluator:
     if loss_name not in losses.LOSSES:
       raise ValueError(f"Unknown loss_name {loss_name!r}; valid: {', '.join(losses.LOSSES)}.")
     label_map = config.get("label_map")
-    if label_map is not None and label_map not in LABEL_MAPS:
-      raise ValueError(f"Unknown label_map {label_map!r}; valid: {', '.join(LABEL_MAPS)}.")
-    indices = LABEL_MAPS[label_map]() if label_map else None
+    indices = label_map_indices(label_map, self.data.get("data_dir")) if label_map else None
     # Fail now, not after hours of training, when the data is missing or badly specified.
     self.num_examples = datasets.num_examples(self.data)
     predict_fn = common.make_predict_fn(model, config.get("pred", "logits"))
