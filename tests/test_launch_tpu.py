@@ -436,7 +436,7 @@ def test_data_paper_on_a_cpu_vm_that_is_deleted(sh):
   for ssh_argv in (setup, start, follow):
     assert ssh_argv == vm_ssh(remote(ssh_argv))
     assert_bash_syntax(remote(ssh_argv))
-  assert ".venv/bin/python -m pip install -q -e .;" in remote(setup)
+  assert ".venv/bin/python -m pip install -q -e . apache-beam;" in remote(setup)
   assert f"{DATA_DIR}/.data_sh_write_test" in remote(setup)
   job = remote(start)
   assert (f"prep imagenet2012 .venv/bin/tfds build imagenet2012 --data_dir={DATA_DIR} "
@@ -915,7 +915,7 @@ def test_fake_data_vm_builds_everything_at_once_reports_a_failure_and_is_deleted
   assert not (cloud.root / VM / "RUNNING").exists()
   assert not [c for c in calls if "tpus" in c]
   tools = (home / "calls.txt").read_text().splitlines()
-  assert tools[:2] == ["python -m pip install -q --upgrade pip", "python -m pip install -q -e ."]
+  assert tools[:2] == ["python -m pip install -q --upgrade pip", "python -m pip install -q -e . apache-beam"]
   assert tools[2].startswith("python -c ") and tools[2].endswith(
       f" {DATA_DIR}/.data_sh_write_test")
   assert (home / "big_vision_relu" / "pyproject.toml").exists()  # the code was unpacked

@@ -30,7 +30,7 @@
 #   1. gcloud compute instances create $DATA_VM --machine-type=$DATA_MACHINE_TYPE
 #        --boot-disk-size=${DATA_DISK_GB}GB --scopes=storage-rw --max-run-duration=...
 #        --instance-termination-action=DELETE ...  (Debian 12; storage-rw: writes the bucket)
-#   2. gcloud compute scp/ssh: this tree, a venv, `pip install -e .`, and a test write to
+#   2. gcloud compute scp/ssh: this tree, a venv, `pip install -e . apache-beam`, a test write to
 #      gs://$BUCKET/tensorflow_datasets (fails here, in minutes, if the VM may not write it)
 #   3. gcloud compute ssh: every dataset built at once, one process each (detached on the VM,
 #      logs ~/logs/data/NAME.log); this script follows ~/logs/data.log until all have ended
@@ -123,7 +123,8 @@ setup_steps=(
   'rm -f ~/big_vision_relu.tar.gz'
   'if [ ! -x .venv/bin/python ]; then sudo apt-get -qq -o DPkg::Lock::Timeout=600 update; sudo DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=600 install -y python3-venv > /dev/null; python3 -m venv .venv; fi'
   '.venv/bin/python -m pip install -q --upgrade pip'
-  '.venv/bin/python -m pip install -q -e .'
+  # apache-beam: the `tfds` command imports it at startup (TFDS 4.9.x), though no build here uses it.
+  '.venv/bin/python -m pip install -q -e . apache-beam'
   # TF's GCS writer needs the VM's storage-rw scope and the account's write permission.
   "if ! .venv/bin/python -c 'import sys, tensorflow as tf; f = tf.io.gfile.GFile(sys.argv[1], \"w\"); f.write(\"ok\"); f.close(); tf.io.gfile.remove(sys.argv[1])' $(shell_quote "${probe}"); then echo \"\$(hostname): cannot write ${probe}: give the VM's service account roles/storage.objectAdmin on gs://${BUCKET} (or set DATA_SERVICE_ACCOUNT to one that has it)\" >&2; exit 1; fi"
   'echo "$(hostname): ready, writes to '"${data_dir}"' work"'
