@@ -175,4 +175,5 @@ def test_one_check_lists_every_missing_dataset_with_its_command(tmp_path):
   for name, _ in names:
     assert f"Dataset {name!r} is not prepared" in message
   assert "python -m big_vision_relu.data.imagenet21k --data_dir=" in message
-  assert f"tfds build cars196 --data_dir={data_dir}" in message
+  assert (f"python -m big_vision_relu.data.prepare --datasets=cars196 "
+          f"--manual_dir=DIR_WITH_THE_FILES --data_dir={data_dir}") in message

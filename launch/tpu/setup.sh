@@ -43,9 +43,7 @@ remote_steps=(
 remote_command="$(printf '%s; ' "${remote_steps[@]}")"
 remote_command="${remote_command%; }"
 
-run_cmd tar -czf "${tarball}" --exclude=.git --exclude=.venv --exclude=./workdirs \
-  --exclude=./build --exclude=__pycache__ --exclude='*.egg-info' --exclude=.pytest_cache \
-  --exclude=.ruff_cache -C "${REPO_DIR}" .
+pack_repo "${tarball}"
 tpu_scp "${tarball}" "${remote_tarball}" all
 run_cmd rm -f "${tarball}"
 tpu_ssh all "${remote_command}"
