@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Follows a log on one worker (tail -F, until Ctrl-C): a run's, a sweep's, or data.sh's.
+# Follows a log on one worker (tail -F, until Ctrl-C): a run's or a sweep's (data.sh follows
+# its own builds' log on its CPU VM).
 #
 #   TPU_NAME=relu-vit PROJECT=my-project ZONE=europe-west4-a \
 #     bash launch/tpu/logs.sh [RUN_NAME] [--worker=N] [--lines=N] [--dry-run]
 #
-# RUN_NAME: the run.sh RUN_NAME, the sweep name (e.g. fig1) or `data`; the log is
+# RUN_NAME: the run.sh RUN_NAME or the sweep name (e.g. fig1); the log is
 # ~/logs/RUN_NAME.log on worker N (default 0: process 0 logs the metrics). Without RUN_NAME:
 # the newest log there. Runs: gcloud compute tpus tpu-vm ssh $TPU_NAME --zone=$ZONE
 #   --project=$PROJECT --worker=N --command='tail -n LINES -F ~/logs/RUN_NAME.log'
