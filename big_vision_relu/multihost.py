@@ -22,28 +22,50 @@ Three things every multi-host run needs, kept out of the training loop:
   library's) silently displaces, and its sync point is `max step + 1` computed from the last
   step each process *reported*: a notice that arrives before the first step of a resumed run
   computes a sync point the run has already passed, and it never fires.
-- `PeerWatchdog`: when a peer dies (kill -9, a crashed host), every surviving process
-  prints one line saying so and naming the checkpoint a re-run resumes from, then exits with
-  status `PEER_LOST_EXIT_CODE`, instead of hanging in a collective until JAX's abort
-  dump. Checkpoint steps are atomic (orbax), so a save that was in flight is simply absent,
-  and the last finalised one is intact.
+- A lost peer: when a process dies (kill -9, a crashed or preempted host), every surviving
+  process prints one line saying so and naming the checkpoint a re-run resumes from, then
+  exits with status `PEER_LOST_EXIT_CODE`, instead of hanging in a collective until JAX's
+  abort dump. Checkpoint steps are atomic (orbax), so a save that was in flight is simply
+  absent, and the last finalised one is intact. Two mechanisms, because process 0 is special:
+  - `PeerWatchdog` (a thread in the trainer) notices a peer that stops beating.
+  - `supervise` covers process 0, which hosts JAX's coordination service: when it dies, the
+    runtime client of every other process aborts the process at once (its own "another task
+    died" message, from a C++ thread: no Python code runs), and jax 0.10 offers no way to
+    intercept that (`jax.distributed.initialize` exposes no callback; the client binding's
+    `missed_heartbeat_callback` dies with std::bad_cast before calling Python; the service's
+    `recoverable` mode does not cover the service itself). So the entry point (`python -m
+    big_vision_relu.train` of a multi-process run, on Linux) forks before JAX or TensorFlow is
+    imported: the child trains; the parent, which holds no JAX runtime, waits for it. If the
+    child of a process other than 0 is killed by a signal (the runtime's abort is SIGABRT)
+    after joining the job and process 0 no longer accepts connections at the coordinator
+    address, the parent prints the line (reading the newest finalised checkpoint step from
+    disk) and exits with `PEER_LOST_EXIT_CODE`. Otherwise it ends as the child did: the same
+    exit status, or 128 + N for a child killed by signal N. The parent forwards SIGTERM
+    (preemption saves work as before), ignores SIGINT (a terminal's Ctrl-C reaches the child
+    itself), and the child dies with it (PR_SET_PDEATHSIG): kill -9 of the process a launcher
+    started still kills the trainer. The child tells the parent what it needs through a pipe:
+    its process index and coordinator address once joined, and the checkpoint directory.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 from absl import flags, logging
 from etils import epath
+
+# JAX and numpy are imported where they are used: `supervise` forks before either is imported
+# (a fork is only safe while the process has one thread), and it imports this module.
+if TYPE_CHECKING:
+  import jax
 
 # A distinct status for "a peer died": launch scripts and sweep loops can tell it from a bug.
 PEER_LOST_EXIT_CODE = 75  # EX_TEMPFAIL: re-running is the fix
@@ -116,6 +138,7 @@ def set_checkpoint_dir(directory: epath.PathLike | None) -> None:
   """Where the run's checkpoints are: named by the lost-peer message."""
   global _checkpoint_dir
   _checkpoint_dir = None if directory is None else epath.Path(directory)
+  _report(checkpoint_dir=None if directory is None else os.fspath(directory))
 
 
 def latest_finalized_step(directory: epath.PathLike | None) -> int | None:
@@ -158,10 +181,9 @@ class PeerWatchdog:
 
   Why not the runtime's missed_heartbeat_callback: jax.distributed.initialize does not expose
   it, and jaxlib 0.10's binding fails to pass the status to a Python callable
-  (std::bad_cast, then terminate). Limitation: if process 0 (which hosts the coordination
-  service) dies, the others' runtime clients abort at once with the runtime's own message
-  ("the JAX distributed service detected fatal errors ... another task died"), before this
-  thread can speak: the exit is immediate and non-zero, but without this line.
+  (std::bad_cast, then terminate). If process 0 (which hosts the coordination service) dies,
+  the others' runtime clients abort at once, before this thread can speak: `supervise`'s
+  parent process prints the line then.
 
   os._exit, not sys.exit: the main thread may be blocked in a collective that can never
   complete, and nothing else (orbax's pending save, atexit's distributed shutdown) can finish;
@@ -169,6 +191,7 @@ class PeerWatchdog:
   """
 
   def __init__(self, *, interval: float = 5.0, timeout: float = 60.0) -> None:
+    import jax  # noqa: PLC0415  (see the imports)
     from jax._src import distributed as jax_distributed  # noqa: PLC0415  (the job's client)
     self._client = jax_distributed.global_state.client
     self._interval, self._timeout = interval, timeout
@@ -206,7 +229,8 @@ class PeerWatchdog:
       except Exception as e:  # noqa: BLE001  (the coordination service is unreachable)
         if self._stop.is_set():
           return
-        self._lost(f"the coordination service on process 0 is unreachable ({e})")
+        self._lost(f"the coordination service on process 0 is unreachable "
+                   f"({_first_line(e)})")
       for peer in range(self._count):
         if peer == self._me or any(k.endswith(f"/{peer}") for k in done):
           continue
@@ -218,22 +242,163 @@ class PeerWatchdog:
 
   def _lost(self, what: str) -> None:
     try:
-      message = peer_lost_message(what, latest_finalized_step(_checkpoint_dir), _checkpoint_dir)
-      print(f"error: {message}", file=sys.stderr, flush=True)
-      logging.error("%s", message)
+      logging.error("%s", _print_peer_lost(what, _checkpoint_dir))
     finally:
       os._exit(PEER_LOST_EXIT_CODE)
 
 
-def define_flags() -> None:
+def _print_peer_lost(what: str, directory: epath.PathLike | None) -> str:
+  """Prints the lost-peer line (`error: ...`) to stderr; returns the message."""
+  message = peer_lost_message(what, latest_finalized_step(directory), directory)
+  print(f"error: {message}", file=sys.stderr, flush=True)
+  return message
+
+
+def _first_line(error: BaseException) -> str:
+  """An exception's message as one line (gRPC's run over several)."""
+  lines = str(error).strip().splitlines()
+  return lines[0] if lines else type(error).__name__
+
+
+# ------------------------------------------------------------------ the watching parent
+
+# In a trainer forked by `supervise`: the pipe to the watching parent (None otherwise).
+_report_fd: int | None = None
+
+
+def _report(**values: Any) -> None:
+  """Tells the watching parent `values` (a JSON line); nothing without one. Never blocks."""
+  if _report_fd is None:
+    return
+  try:
+    os.write(_report_fd, (json.dumps(values) + "\n").encode())
+  except OSError:  # the pipe is full (64 KB of reports) or the parent is gone
+    pass
+
+
+def supervise(argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+  """In a multi-process run, forks: returns in the child, which trains; the parent watches.
+
+  Call it first in an entry point's `__main__`, before JAX or TensorFlow is imported (a fork is
+  only safe while the process has one thread). `argv`: the command-line flags; only the
+  multi-process ones (`define_flags`) are read here. Returns without forking when
+  `decide_initialize` says single process, when those flags do not parse (the entry point
+  reports that), in a child already, or off Linux (no PR_SET_PDEATHSIG). The parent never
+  returns: it exits as `_watch` decides (see the module docstring).
+  """
+  global _report_fd
+  if _report_fd is not None or not sys.platform.startswith("linux"):
+    return
+  values = flags.FlagValues()
+  define_flags(values)
+  try:
+    values(["supervise", *argv], known_only=True)
+    decision = decide_initialize(
+        coordinator_address=values.coordinator_address, num_processes=values.num_processes,
+        process_id=values.process_id, multihost=values.multihost,
+        env=os.environ if env is None else env)
+  except (flags.Error, ValueError):
+    return
+  if not decision.initialize:
+    return
+  read_fd, write_fd = os.pipe()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  parent = os.getpid()
+  child = os.fork()
+  if child == 0:
+    os.close(read_fd)
+    _die_with(parent)
+    os.set_blocking(write_fd, False)
+    _report_fd = write_fd
+    return
+  os.close(write_fd)
+  sys.exit(_watch(child, read_fd))
+
+
+def _die_with(parent: int) -> None:
+  """This (forked) process gets SIGKILL when `parent` dies, as if they were one process."""
+  import ctypes  # noqa: PLC0415
+  pr_set_pdeathsig = 1
+  ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+  if os.getppid() != parent:  # it died before prctl took effect
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _watch(child: int, read_fd: int) -> int:
+  """Waits for the trainer `child`; returns the exit status for this process."""
+  done = False
+
+  def forward(signum: int, frame: Any) -> None:
+    del frame
+    if not done:
+      try:
+        os.kill(child, signum)
+      except ProcessLookupError:
+        pass
+
+  signal.signal(signal.SIGTERM, forward)  # a preemption notice: the trainer saves and exits 0
+  signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the child (same process group)
+  _, status = os.waitpid(child, 0)  # retried after a forwarded signal (PEP 475)
+  done = True
+  reports = _read_reports(read_fd)
+  if os.WIFEXITED(status):
+    return os.WEXITSTATUS(status)  # including PEER_LOST_EXIT_CODE: its line is printed
+  killed_by = os.WTERMSIG(status)
+  joined = reports.get("joined")
+  if (killed_by not in (signal.SIGTERM, signal.SIGINT) and joined
+      and joined.get("process_index") != 0 and joined.get("coordinator")
+      and not _accepts_connections(joined["coordinator"])):
+    # The runtime client aborted (SIGABRT: "the JAX distributed service detected fatal errors")
+    # because the coordination service, in process 0, is gone.
+    _print_peer_lost(f"process 0, the coordinator at {joined['coordinator']}, is unreachable",
+                     reports.get("checkpoint_dir"))
+    return PEER_LOST_EXIT_CODE
+  return 128 + killed_by
+
+
+def _read_reports(read_fd: int) -> dict[str, Any]:
+  """What the child `_report`ed (the last value of each key); closes `read_fd`."""
+  os.set_blocking(read_fd, False)  # a grandchild may hold the write end open
+  data = b""
+  try:
+    while chunk := os.read(read_fd, 1 << 16):
+      data += chunk
+  except BlockingIOError:
+    pass
+  finally:
+    os.close(read_fd)
+  reports: dict[str, Any] = {}
+  for line in data.decode(errors="replace").splitlines():
+    try:
+      reports.update(json.loads(line))
+    except ValueError:
+      pass
+  return reports
+
+
+def _accepts_connections(address: str, timeout: float = 10.0) -> bool:
+  """Whether `host:port` accepts a TCP connection within `timeout` seconds."""
+  host, _, port = address.rpartition(":")
+  try:
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+      return True
+  except (OSError, ValueError):
+    return False
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """Defines the multi-process flags every entry point takes (train, evaluate)."""
-  flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process).")
-  flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process).")
-  flags.DEFINE_integer("process_id", None, "This process's index (multi-process).")
+  flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process).",
+                      flag_values=flag_values)
+  flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process).",
+                       flag_values=flag_values)
+  flags.DEFINE_integer("process_id", None, "This process's index (multi-process).",
+                       flag_values=flag_values)
   flags.DEFINE_bool("multihost", None, "Join a multi-host job (jax.distributed.initialize(), "
                     "auto-detected): launch/tpu/*.sh pass it on multi-host TPU VMs; "
                     "--nomultihost never joins. Default: only with --coordinator_address or "
-                    "a multi-host TPU_WORKER_HOSTNAMES.")
+                    "a multi-host TPU_WORKER_HOSTNAMES.", flag_values=flag_values)
 
 
 def initialize_from_flags(values: flags.FlagValues = flags.FLAGS) -> None:
@@ -253,9 +418,13 @@ def initialize(*, coordinator_address: str | None = None, num_processes: int | N
   logging.info("jax.distributed.initialize: %s (%s).",
                "yes" if decision.initialize else "no", decision.reason)
   if decision.initialize:
+    import jax  # noqa: PLC0415  (see the imports)
+    from jax._src import distributed as jax_distributed  # noqa: PLC0415  (the job's state)
     jax.distributed.initialize(decision.coordinator_address, decision.num_processes,
                                decision.process_id,
                                heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS)
+    state = jax_distributed.global_state  # what auto-detection found, too
+    _report(joined=dict(process_index=state.process_id, coordinator=state.coordinator_address))
   return decision
 
 
@@ -321,6 +490,9 @@ class PreemptionNotice:
   """
 
   def __init__(self, devices: Any, received: Callable[[], bool] = SigtermHandler.received):
+    import jax  # noqa: PLC0415  (see the imports)
+    import jax.numpy as jnp  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
     self._received = received
     self._multi = jax.process_count() > 1
     self._pending: jax.Array | None = None
@@ -334,6 +506,8 @@ class PreemptionNotice:
           mesh, jax.sharding.PartitionSpec()))
 
   def stop(self, step: int) -> bool:
+    import jax  # noqa: PLC0415  (see the imports)
+    import numpy as np  # noqa: PLC0415
     del step  # every process calls this once per step, so the call order is the step order
     if not self._multi:
       return self._received()

@@ -8,12 +8,25 @@ config_history.jsonl keeps every config it was run with: workdir_config.py). On
 SIGTERM (how TPU VMs announce preemption) the run saves a checkpoint and exits with status 0.
 Multi-host: on a TPU pod every worker runs the same command (`jax.distributed.initialize()` is
 called automatically there); elsewhere pass --coordinator_address/--num_processes/--process_id.
-Only process 0 writes metrics and config.json; all processes take part in checkpoints.
+Only process 0 writes metrics and config.json; all processes take part in checkpoints. If a
+process dies, the others exit with status 75 and one line naming the checkpoint to resume from
+(a multi-process run trains in a forked child, watched by the process started: multihost.py).
 
 The workdir gets config.json, checkpoints/ (orbax), metrics.jsonl and TensorBoard events.
 """
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":
+  # A multi-process run trains in a child process forked here, before JAX and TensorFlow are
+  # imported; this process watches it, so that losing process 0 (the JAX coordinator) ends it
+  # with one line naming the checkpoint to resume from (multihost.supervise).
+  from big_vision_relu import multihost as _multihost
+  _multihost.supervise(sys.argv[1:])
+
+# The imports below come after the fork above.
+# ruff: noqa: E402
 import json
 import logging as std_logging
 import os

@@ -542,6 +542,45 @@ def test_two_processes_kill9_of_one_stops_the_other_with_a_message(offline_data_
 
 
 @pytest.mark.slow
+def test_two_processes_kill9_of_the_coordinator_stops_the_other_then_resume(offline_data_dir,
+                                                                           tmp_path):
+  """kill -9 of process 0, which hosts JAX's coordination service (its runtime client in every
+  other process aborts at once): the other exits 75 within 3 minutes with one line naming
+  process 0 and the checkpoint on disk; that checkpoint is intact, and a re-run resumes from it."""
+  config = tiny_config(offline_data_dir, total_steps=20, ckpt_steps=5, log_training_steps=5)
+  path = _write_config(tmp_path, config)
+  workdir, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
+  logs = [tmp_path / f"process{i}.log" for i in range(2)]
+  procs = _spawn_pair(path, workdir, logs)
+  deadline = time.monotonic() + 300
+  while not (checkpoints / "5").exists() and time.monotonic() < deadline and all(
+      p.poll() is None for p in procs):
+    time.sleep(0.05)
+  assert all(p.poll() is None for p in procs), logs[0].read_text()[-3000:]
+  killed = time.monotonic()
+  procs[0].send_signal(signal.SIGKILL)
+  procs[0].wait()
+  procs[1].wait(timeout=180)
+  elapsed = time.monotonic() - killed
+  print(f"kill -9 of process 0: process 1 exited {elapsed:.1f} s later")
+  log = logs[1].read_text()
+  assert procs[1].returncode == multihost.PEER_LOST_EXIT_CODE, log[-3000:]
+  step = multihost.latest_finalized_step(checkpoints)
+  assert 5 <= step < 20
+  assert final_params(workdir)[0] == step  # restores: intact
+  lines = [l for l in log.splitlines() if l.startswith("error: Lost a peer")]
+  assert len(lines) == 1, log[-3000:]
+  assert "process 0" in lines[0], lines[0]
+  assert f"resumes from checkpoint {step} in {checkpoints}." in lines[0], lines[0]
+
+  logs = [tmp_path / f"resumed{i}.log" for i in range(2)]
+  for proc in _spawn_pair(path, workdir, logs):
+    assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
+  assert f"Resumed from step {step} " in logs[0].read_text()
+  assert final_params(workdir)[0] == 20
+
+
+@pytest.mark.slow
 def test_two_processes_kill9_then_resume_equals_an_uninterrupted_run(offline_data_dir, tmp_path):
   """A pod losing every worker at once (kill -9 of both), re-run: resumes from the last
   checkpoint and ends bit-identical to an uninterrupted 2-process run."""
