@@ -178,7 +178,9 @@ def raw_record_source(builder: tfds.core.DatasetBuilder, split: str) -> Sequence
         f"{sorted(f.value for f in formats)}, but the input pipeline reads records by index, "
         f"which needs {RANDOM_ACCESS_FORMAT.value}. Convert it in place with: tfds "
         f"convert_format --dataset_version_dir={builder.data_dir} "
-        f"--out_file_format={RANDOM_ACCESS_FORMAT.value}")
+        f"--out_file_format={RANDOM_ACCESS_FORMAT.value} (TFDS's CLI needs `pip install "
+        "apache-beam`), or rebuild it with python -m big_vision_relu.data.prepare "
+        f"--download --datasets={builder.name}")
   return builder.as_data_source(
       split, file_format=RANDOM_ACCESS_FORMAT,
       deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
