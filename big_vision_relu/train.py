@@ -193,7 +193,8 @@ def main(argv: list[str]) -> None:
     raise app.UsageError("--workdir is required.")
   with multihost_lib.SigtermHandler():
     multihost_lib.initialize_from_flags(FLAGS)
-    with multihost_lib.PeerWatchdog():  # a dead peer: one line, then exit (multi-process only)
+    # A dead peer: one line, then exit (multi-process only).
+    with multihost_lib.PeerWatchdog(timeout=FLAGS.peer_timeout_s):
       result = train(FLAGS.config, FLAGS.workdir,
                      allow_config_change=FLAGS.allow_config_change)
   if jax.process_index() == 0:
@@ -208,5 +209,9 @@ if __name__ == "__main__":
   flags.DEFINE_bool("allow_config_change", False,
                     "Continue a workdir whose config.json differs from --config (e.g. more "
                     "steps); without it such a re-run stops before writing anything.")
+  flags.DEFINE_float("peer_timeout_s", 60.0,
+                     "Multi-process: a peer silent this long is taken for dead (one line, exit "
+                     f"75); below JAX's own {multihost_lib.HEARTBEAT_TIMEOUT_SECONDS} s.",
+                     lower_bound=1.0, upper_bound=multihost_lib.HEARTBEAT_TIMEOUT_SECONDS - 10)
   multihost_lib.define_flags()
   app.run(main)

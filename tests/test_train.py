@@ -466,13 +466,13 @@ def test_sigterm_saves_and_exits_cleanly(offline_data_dir, tmp_path):
 # ------------------------------------------------------------------ pods: preemption, dead peers
 
 
-def _spawn_pair(path, workdir, logs):
+def _spawn_pair(path, workdir, logs, extra=()):
   """Two real trainer processes (2 CPU devices each) joined on loopback, logging to `logs`
-  (files, not pipes: nobody reads a pipe while they run)."""
+  (files, not pipes: nobody reads a pipe while they run); `extra`: more trainer flags."""
   port = _free_port()
   return [_spawn(path, workdir, devices=2, stdout=log.open("w"), stderr=subprocess.STDOUT,
                  extra=("--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2",
-                        "--process_id", str(i))) for i, log in enumerate(logs)]
+                        "--process_id", str(i), *extra)) for i, log in enumerate(logs)]
 
 
 def _wait_for_steps(workdir, procs, n, timeout=240):
@@ -524,7 +524,8 @@ def test_two_processes_kill9_of_one_stops_the_other_with_a_message(offline_data_
   path = _write_config(tmp_path, config)
   workdir = tmp_path / "run"
   logs = [tmp_path / f"process{i}.log" for i in range(2)]
-  procs = _spawn_pair(path, workdir, logs)
+  # A shorter watchdog than the default 60 s keeps the test short; the mechanism is the same.
+  procs = _spawn_pair(path, workdir, logs, extra=("--peer_timeout_s", "15"))
   _wait_for_steps(workdir, procs, 12)
   killed = time.monotonic()
   procs[1].send_signal(signal.SIGKILL)
