@@ -47,7 +47,22 @@ case "${2:-start}" in
       exit 0
     fi
     "$PY" -m big_vision_relu.data.prepare --datasets "$DATASETS"
-    nohup "${STUDY[@]}" "${PIN[@]}" >> "$ROOT/study.log" 2>&1 &
+    GATE=()
+    if [ "$PLAN" = fmnist ]; then
+      # The pre-registered rule: no phase after the calibration until the recipe is accepted.
+      status=0
+      "$PY" -m big_vision_relu.experiments.fmnist_report --archive "$ARCHIVE" \
+        --check_calibration || status=$?
+      if [ "$status" = 3 ]; then
+        phases="$("$PY" -c 'from big_vision_relu.experiments import fmnist
+print(",".join(map(str, fmnist.CALIBRATION_PHASES)))')"
+        GATE=(--phases "$phases")
+        echo "recipe not accepted (yet): only the calibration phases $phases run"
+      elif [ "$status" != 0 ]; then
+        exit "$status"
+      fi
+    fi
+    nohup "${STUDY[@]}" "${PIN[@]}" "${GATE[@]}" >> "$ROOT/study.log" 2>&1 &
     echo "study running as pid $! (log: $ROOT/study.log; 'bash launch/study.sh $PLAN status')"
     ;;
   status)

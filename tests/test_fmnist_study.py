@@ -104,6 +104,35 @@ def test_verdicts_on_a_synthetic_archive(tmp_path):
   assert (tmp_path / "out" / "curves.png").stat().st_size > 0
 
 
+def _calibration_archive(archive, softmax_20_epochs):
+  """Phase 0 and 1's runs: 10-epoch softmax 0.900 (flat last quarter), relu 0.880; 20 epochs:
+  relu 0.885 and softmax `softmax_20_epochs`."""
+  for run, final, length in (
+      (fmnist.run(attention="softmax"), 0.900, 1),
+      (fmnist.run(attention="relu"), 0.880, 1),
+      (fmnist.run(attention="relu", epochs=2 * fmnist.EPOCHS), 0.885, 2),
+      (fmnist.run(attention="softmax", epochs=2 * fmnist.EPOCHS), softmax_20_epochs, 2)):
+    steps = [586 * length * k for k in range(1, 9)]  # 8 evaluations, the last at the end
+    curve = {s: final - 0.05 * (s <= steps[3]) for s in steps}
+    _archive_run(archive, run, curve, transfer=0.5)
+
+
+@pytest.mark.parametrize("softmax_20_epochs, accepted", [(0.905, True), (0.915, False)])
+def test_the_calibration_gate(tmp_path, softmax_20_epochs, accepted):
+  """The recipe is accepted only when (a)-(c) all hold (here (c) decides: 20 epochs gain 0.5 or
+  1.5 points), and the CLI that launch/study.sh asks says so by its exit code."""
+  archive = tmp_path / "archive"
+  _calibration_archive(archive, softmax_20_epochs)
+  rules = fmnist_report.calibration(fmnist_report.load_results(archive))
+  assert (rules.a, rules.b, rules.c, rules.accepted) == (True, True, accepted, accepted)
+  result = subprocess.run(
+      [sys.executable, "-m", "big_vision_relu.experiments.fmnist_report", "--archive",
+       str(archive), "--check_calibration"], capture_output=True, text=True, timeout=300,
+      check=False, cwd=ROOT)
+  assert result.returncode == (0 if accepted else fmnist_report.NOT_ACCEPTED_EXIT_CODE)
+  assert ("- accepted: yes" in result.stdout) == accepted, result.stdout + result.stderr
+
+
 def _write_idx(path, array):
   header = np.array([0x0800 + array.ndim, *array.shape], ">u4").tobytes()
   import gzip

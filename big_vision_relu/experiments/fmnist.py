@@ -63,3 +63,6 @@ PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("configs/study/fig4.py", {}),
     ("configs/study/fig1.py", {}),
 )
+# The recipe's calibration (phase 0's 10-epoch and phase 1's 20-epoch runs): until its rules
+# (docs/reproduction.md 1.2 (a)-(c)) accept the recipe, launch/study.sh runs only these.
+CALIBRATION_PHASES = (0, 1)
