@@ -51,16 +51,17 @@ def test_attention_op_benchmark_times_and_sizes_every_implementation():
 def test_train_step_benchmark_reports_throughput_mfu_and_gate_cost():
   out = _run("train_step.py", "--config", "configs/repro/mnist_vit.py", "--image_size", "28",
              "--channels", "1", "--models", "size=Ti,patch=4", "--gated", "--batch", "4",
-             "--rounds", "2", "--matmul_sizes", "256,512", "--control",
+             "--rounds", "2", "--matmul_sizes", "256,512",
              "--xla_options", "xla_cpu_experimental_ynn_fusion_type=")
   rows = {row.split("|")[2].strip(): row for row in _rows(out, "size=Ti,patch=4")}
-  assert set(rows) == {f"{name}{xla}" for name in ("softmax", "relu", "relu gated",
-                                                   "softmax control") for xla in ("", " +xla")}
+  # (--control, softmax compiled again, is left out: two more compilations in a tight suite.)
+  assert set(rows) == {f"{name}{xla}" for name in ("softmax", "relu", "relu gated")
+                       for xla in ("", " +xla")}
   vs_default_xla = [cell.strip() for cell in rows["relu +xla"].split("|")[7:9]]
   assert vs_default_xla[0].endswith("%") and vs_default_xla[1] == ""  # a ratio; not gated
   assert rows["relu gated +xla"].split("|")[8].strip().endswith("x")  # vs relu +xla
   targets = out.split("Targets")[1]
-  assert "2 rounds." in out and "relu throughput" in targets and "control" in targets
+  assert "2 rounds." in out and "relu throughput" in targets
   assert "relu +xla throughput" in targets and "512 +xla:" in out
 
 

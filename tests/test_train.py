@@ -525,7 +525,7 @@ def test_two_processes_kill9_of_one_stops_the_other_with_a_message(offline_data_
   workdir = tmp_path / "run"
   logs = [tmp_path / f"process{i}.log" for i in range(2)]
   # A shorter watchdog than the default 60 s keeps the test short; the mechanism is the same.
-  procs = _spawn_pair(path, workdir, logs, extra=("--peer_timeout_s", "15"))
+  procs = _spawn_pair(path, workdir, logs, extra=("--peer_timeout_s", "10"))
   _wait_for_steps(workdir, procs, 12)
   killed = time.monotonic()
   procs[1].send_signal(signal.SIGKILL)
