@@ -46,7 +46,9 @@ class _Pixels:
 
 
 def _batch_pixels(params: Any, batch: Mapping[str, jax.Array]) -> jax.Array:
-  return _Pixels().apply(params, batch["image"], train=False)[1]["pre_logits"]
+  """`embed_split`'s view of `_Pixels`: a batch -> its raw pixels `[b, h * w * c]`."""
+  _, out = _Pixels().apply(params, batch["image"], train=False)
+  return out["pre_logits"]
 
 
 def pixel_classifiers(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
