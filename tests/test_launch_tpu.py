@@ -409,7 +409,8 @@ def test_sweep_three_vms_and_errors(sh):
 
 VM = "relu-vit-data"
 VM_ZP = ["--zone=europe-west4-a", "--project=proj"]
-BUILD_FLAGS = f"--data_dir={DATA_DIR} --file_format=array_record --download_dir=tfds_downloads"
+PREPARE = "-m big_vision_relu.data.prepare --download"
+BUILD_FLAGS = f"--data_dir={DATA_DIR} --download_dir=tfds_downloads"
 
 
 def vm_ssh(command: str, vm: str = VM) -> list[str]:
@@ -436,18 +437,17 @@ def test_data_paper_on_a_cpu_vm_that_is_deleted(sh):
   for ssh_argv in (setup, start, follow):
     assert ssh_argv == vm_ssh(remote(ssh_argv))
     assert_bash_syntax(remote(ssh_argv))
-  assert ".venv/bin/python -m pip install -q -e . apache-beam;" in remote(setup)
+  assert ".venv/bin/python -m pip install -q -e .;" in remote(setup)
+  assert "apache" not in remote(setup) and "tfds build" not in remote(start)
   assert f"{DATA_DIR}/.data_sh_write_test" in remote(setup)
   job = remote(start)
-  assert (f"prep imagenet2012 .venv/bin/tfds build imagenet2012 --data_dir={DATA_DIR} "
-          "--file_format=array_record --manual_dir=gs://bucket/i1k "
-          "--download_dir=tfds_downloads &") in job
-  assert ("prep cars196 .venv/bin/python -m big_vision_relu.data.prepare --datasets=cars196 "
-          f"--manual_dir=gs://bucket/cars --data_dir={DATA_DIR} --download_dir=tfds_downloads &"
-          ) in job
+  assert (f"prep imagenet2012 .venv/bin/python {PREPARE} --datasets=imagenet2012 {BUILD_FLAGS} "
+          "--manual_dir=gs://bucket/i1k &") in job
+  assert (f"prep cars196 .venv/bin/python {PREPARE} --datasets=cars196 {BUILD_FLAGS} "
+          "--manual_dir=gs://bucket/cars &") in job
   for name in ("imagenet_v2", *FEWSHOT):
     if name != "cars196":
-      assert f"prep {name} .venv/bin/tfds build {name} {BUILD_FLAGS} &" in job
+      assert f"prep {name} .venv/bin/python {PREPARE} --datasets={name} {BUILD_FLAGS} &" in job
   assert job.count("prep ") == 10 and "imagenet21k" not in job
   assert "--pid=" in remote(follow)
 
@@ -466,9 +466,8 @@ def test_data_vm_options_and_manual_birds(sh):
     assert flag in create
   assert create[4] == "my-data" and argv[-1][4] == "my-data"
   job = remote(argv[6])
-  assert ("prep caltech_birds2011 .venv/bin/python -m big_vision_relu.data.prepare "
-          "--datasets=caltech_birds2011 --manual_dir=gs://bucket/cub "
-          f"--data_dir={DATA_DIR} --download_dir=tfds_downloads &") in job
+  assert (f"prep caltech_birds2011 .venv/bin/python {PREPARE} --datasets=caltech_birds2011 "
+          f"{BUILD_FLAGS} --manual_dir=gs://bucket/cub &") in job
   assert ("prep imagenet21k .venv/bin/python -m big_vision_relu.data.imagenet21k "
           f"'--manual_dir=gs://bucket/i21k tars' --data_dir={DATA_DIR} &") in job
   assert job.count("prep caltech_birds2011") == 1
@@ -870,7 +869,7 @@ def test_fake_sweep_starts_on_the_other_vms_when_one_fails(sh, cloud):
 
 
 # A fake venv on the data VM: pip and the write probe (`-c`) record and succeed (the probe fails
-# with FAKE_NO_WRITE); a build (`tfds build NAME`, `python -m MODULE`) logs its start and end
+# with FAKE_NO_WRITE); a build (`python -m MODULE`) logs its start and end
 # with TMPDIR and cwd, takes a second, and fails when FAKE_FAIL is in its arguments.
 FAKE_VM_TOOL = '''#!/bin/bash
 echo "$(basename "$0") $*" >> "$HOME/calls.txt"
@@ -889,9 +888,8 @@ if [ -n "${FAKE_FAIL-}" ] && [[ " $* " == *"$FAKE_FAIL"* ]]; then echo "boom: $F
 def install_fake_vm_venv(cloud) -> pathlib.Path:
   venv_bin = cloud.home(0, VM) / "big_vision_relu" / ".venv" / "bin"
   venv_bin.mkdir(parents=True)
-  for tool in ("python", "tfds"):
-    (venv_bin / tool).write_text(FAKE_VM_TOOL)
-    (venv_bin / tool).chmod(0o755)
+  (venv_bin / "python").write_text(FAKE_VM_TOOL)
+  (venv_bin / "python").chmod(0o755)
   return cloud.home(0, VM)
 
 
@@ -915,16 +913,15 @@ def test_fake_data_vm_builds_everything_at_once_reports_a_failure_and_is_deleted
   assert not (cloud.root / VM / "RUNNING").exists()
   assert not [c for c in calls if "tpus" in c]
   tools = (home / "calls.txt").read_text().splitlines()
-  assert tools[:2] == ["python -m pip install -q --upgrade pip", "python -m pip install -q -e . apache-beam"]
+  assert tools[:2] == ["python -m pip install -q --upgrade pip", "python -m pip install -q -e ."]
   assert tools[2].startswith("python -c ") and tools[2].endswith(
       f" {DATA_DIR}/.data_sh_write_test")
   assert (home / "big_vision_relu" / "pyproject.toml").exists()  # the code was unpacked
   builds = [line.split(" ", 4) for line in (home / "builds.txt").read_text().splitlines()]
   starts = {b[4]: b for b in builds if b[0] == "start"}
-  assert set(starts) == {f"build cifar100 {BUILD_FLAGS}", f"build dtd {BUILD_FLAGS}",
-                         "-m big_vision_relu.data.prepare --datasets=cars196 "
-                         f"--manual_dir=gs://bucket/cars --data_dir={DATA_DIR} "
-                         "--download_dir=tfds_downloads"}
+  assert set(starts) == {f"{PREPARE} --datasets=cifar100 {BUILD_FLAGS}",
+                         f"{PREPARE} --datasets=dtd {BUILD_FLAGS}",
+                         f"{PREPARE} --datasets=cars196 {BUILD_FLAGS} --manual_dir=gs://bucket/cars"}
   for _, _, tmpdir, cwd, _ in starts.values():
     assert tmpdir == str(home / "tmp") and cwd == str(home / "big_vision_relu")
   ends = [float(b[1]) for b in builds if b[0] == "end"]

@@ -5,6 +5,7 @@ import hashlib
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
 import tensorflow_datasets as tfds
@@ -125,3 +126,41 @@ def test_unprepared_message_names_the_manual_steps(tmp_path):
     for f in manual_sources.SOURCES[name].files:
       assert f"{f.name}  {f.size} bytes  sha256 {f.sha256}" in message
   assert "tensorflow/datasets#5053" in message
+
+
+def test_download_without_manual_files_only_where_tfds_download_still_works(tmp_path,
+                                                                            monkeypatch):
+  """`prepare --download`: caltech_birds2011 without --manual_dir goes to TFDS's own download
+  (CaltechDATA works); cars196 (download dead) still needs its files; with --manual_dir both
+  are built from the checked files. The network steps are recorded, not run (offline here)."""
+  from absl import app, flags
+
+  from big_vision_relu.data import prepare
+  calls = []
+
+  def recorder(kind):
+    def record(name, *args):
+      calls.append((kind, name))
+      return types.SimpleNamespace(data_dir=str(tmp_path), info=types.SimpleNamespace(splits={}))
+    return record
+  monkeypatch.setattr(prepare, "download", recorder("download"))
+  monkeypatch.setattr(manual_sources, "build", recorder("manual"))
+
+  def main(*args):
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["prepare", f"--data_dir={tmp_path}", *args])
+    prepare.main([])
+
+  try:
+    main("--download", "--datasets=caltech_birds2011")
+    assert calls == [("download", "caltech_birds2011")]
+    with pytest.raises(app.UsageError, match="cars196 needs --manual_dir"):
+      main("--download", "--datasets=cars196")
+    calls.clear()
+    main("--download", "--datasets=cars196", f"--manual_dir={tmp_path}")
+    main("--download", "--datasets=caltech_birds2011", f"--manual_dir={tmp_path}")
+    assert calls == [("manual", "cars196"), ("manual", "caltech_birds2011")]
+    with pytest.raises(app.UsageError, match="caltech_birds2011 needs --manual_dir"):
+      main("--datasets=caltech_birds2011")  # without --download: only the hand-fetched files
+  finally:
+    flags.FLAGS.unparse_flags()

@@ -42,6 +42,7 @@ class ManualSource:
   files: tuple[SourceFile, ...]
   why: str
   note: str  # a last hint for the user
+  tfds_downloads: bool = False  # TFDS's own download still works (`prepare --download`)
 
 
 # The Internet Archive's copy of the original (dead) URL; the Archive redirects to its capture.
@@ -72,9 +73,10 @@ SOURCES: Mapping[str, ManualSource] = {
         note="Kaggle's Stanford Cars copies hold unpacked images, not these archives: they "
              "do not pass."),
     "caltech_birds2011": ManualSource(
-        why=("TFDS downloads it from CaltechDATA (`tfds build caltech_birds2011`); use these "
-             "steps when that fails (releases before 4.9.9 used a quota-limited Google Drive "
-             "file)"),
+        why=("TFDS downloads it from CaltechDATA (`python -m big_vision_relu.data.prepare "
+             "--download --datasets=caltech_birds2011`); use these steps when that fails "
+             "(releases before 4.9.9 used a quota-limited Google Drive file)"),
+        tfds_downloads=True,
         files=(
             SourceFile("CUB_200_2011.tgz", 1150585339,
                        "0c685df5597a8b24909f6a7c9db6d11e008733779a671760afef78feb49bf081",

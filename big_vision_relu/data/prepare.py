@@ -11,7 +11,7 @@ from the four IDX files that `apt-get install dataset-fashion-mnist` puts in
 are sha256-checked first). Run it once before a multi-host job that shares a data dir, so hosts
 do not race to build. `cars196` and `caltech_birds2011` come from files fetched by hand into
 `--manual_dir` (`manual_sources.py` lists them; their sizes and sha256 are checked before TFDS
-builds). Any other TFDS dataset is downloaded and built with `--download`, on a machine with
+builds); with `--download` and no `--manual_dir`, caltech_birds2011 is TFDS's own download. Any other TFDS dataset is downloaded and built with `--download`, on a machine with
 network (the error of any pipeline that needs one says exactly how); `--manual_dir` is passed
 to those that need manual files (e.g. imagenet2012).
 """
@@ -72,15 +72,20 @@ def main(argv: list[str]) -> None:
                          f"{', '.join(LOCAL_DATASETS)}); add --download to download and build "
                          "it (needs network).")
   data_dir = datasets.resolve_data_dir(_DATA_DIR.value)
+  manual = {}  # name -> built from files fetched by hand (else TFDS's download)
   for name in _DATASETS.value:
-    if manual_sources.base_name(name) in manual_sources.SOURCES and not _MANUAL_DIR.value:
+    source = manual_sources.SOURCES.get(manual_sources.base_name(name))
+    if source is None:
+      continue
+    manual[name] = bool(_MANUAL_DIR.value) or not (_DOWNLOAD.value and source.tfds_downloads)
+    if manual[name] and not _MANUAL_DIR.value:
       raise app.UsageError(f"{name} needs --manual_dir.\n{manual_sources.instructions(name)}\n"
                            f"Then run: {manual_sources.prepare_command(name, data_dir)}")
   for name in _DATASETS.value:
     try:
-      if manual_sources.base_name(name) in manual_sources.SOURCES:
+      if manual.get(name):
         builder = manual_sources.build(name, data_dir, _MANUAL_DIR.value, _DOWNLOAD_DIR.value)
-      elif name in unknown:
+      elif name in unknown or name in manual:
         builder = download(name, data_dir, _MANUAL_DIR.value, _DOWNLOAD_DIR.value)
       else:
         builder = build(name, data_dir, _FASHION_MNIST_DIR.value)

@@ -24,13 +24,15 @@
 #   caltech_birds2011  downloaded by TFDS from data.caltech.edu, or, when
 #                 CALTECH_BIRDS2011_MANUAL_DIR is set, from CUB_200_2011.tgz and
 #                 segmentations.tgz there (sha256 checked the same way)
-#   NAME          any other TFDS dataset, e.g. cifar100, imagenet_v2 (downloaded by TFDS)
+#   NAME          any other TFDS dataset, e.g. cifar100, imagenet_v2 (downloaded by TFDS;
+#                 NAME_MANUAL_DIR, upper case, if set, is passed as its --manual_dir)
+# Every one but imagenet21k is built by `python -m big_vision_relu.data.prepare --download`.
 #
 # Steps (each gcloud line is printed; --dry-run prints them only):
 #   1. gcloud compute instances create $DATA_VM --machine-type=$DATA_MACHINE_TYPE
 #        --boot-disk-size=${DATA_DISK_GB}GB --scopes=storage-rw --max-run-duration=...
 #        --instance-termination-action=DELETE ...  (Debian 12; storage-rw: writes the bucket)
-#   2. gcloud compute scp/ssh: this tree, a venv, `pip install -e . apache-beam`, a test write to
+#   2. gcloud compute scp/ssh: this tree, a venv, `pip install -e .`, a test write to
 #      gs://$BUCKET/tensorflow_datasets (fails here, in minutes, if the VM may not write it)
 #   3. gcloud compute ssh: every dataset built at once, one process each (detached on the VM,
 #      logs ~/logs/data/NAME.log); this script follows ~/logs/data.log until all have ended
@@ -91,25 +93,20 @@ job='prep() { d=$1; shift; echo "== $(date -u +%FT%TZ) $d: started: $*"; if "$@"
 for d in "${datasets[@]}"; do
   base="${d%%[/:]*}"
   manual_var="${base^^}_MANUAL_DIR"
-  case "${base}" in
-    imagenet21k)
-      cmd=(.venv/bin/python -m big_vision_relu.data.imagenet21k "--manual_dir=${MANUAL_DIR}"
-           "--data_dir=${data_dir}") ;;
-    imagenet2012)
-      cmd=(.venv/bin/tfds build "${d}" "--data_dir=${data_dir}" --file_format=array_record
-           "--manual_dir=${IMAGENET2012_MANUAL_DIR}" "--download_dir=${downloads}") ;;
-    cars196|caltech_birds2011)
-      if [[ -n ${!manual_var} ]]; then
-        cmd=(.venv/bin/python -m big_vision_relu.data.prepare "--datasets=${d}"
-             "--manual_dir=${!manual_var}" "--data_dir=${data_dir}" "--download_dir=${downloads}")
-      else
-        cmd=(.venv/bin/tfds build "${d}" "--data_dir=${data_dir}" --file_format=array_record
-             "--download_dir=${downloads}")
-      fi ;;
-    *)
-      cmd=(.venv/bin/tfds build "${d}" "--data_dir=${data_dir}" --file_format=array_record
-           "--download_dir=${downloads}") ;;
-  esac
+  if [[ ${base} == imagenet21k ]]; then
+    cmd=(.venv/bin/python -m big_vision_relu.data.imagenet21k "--manual_dir=${MANUAL_DIR}"
+         "--data_dir=${data_dir}")
+  else
+    # Our prepare CLI, not `tfds build` (TFDS 4.9's CLI needs apache-beam just to start): it
+    # checks cars196's and caltech_birds2011's hand-fetched files, builds ArrayRecord.
+    cmd=(.venv/bin/python -m big_vision_relu.data.prepare --download "--datasets=${d}"
+         "--data_dir=${data_dir}" "--download_dir=${downloads}")
+    if [[ ${base} == imagenet2012 ]]; then
+      cmd+=("--manual_dir=${IMAGENET2012_MANUAL_DIR}")
+    elif [[ -n ${!manual_var-} ]]; then
+      cmd+=("--manual_dir=${!manual_var}")
+    fi
+  fi
   job+="prep $(shell_quote "${d}" "${cmd[@]}") & "
 done
 job+="wait; failed=\$(cd ~/logs/data && ls -- *.failed 2> /dev/null | sed 's/[.]failed\$//' | tr '\\n' ' '); if [ -z \"\$failed\" ]; then echo \"== data.sh: done, all in ${data_dir}\"; else echo \"== data.sh: FAILED: \$failed\"; exit 1; fi"
@@ -123,8 +120,7 @@ setup_steps=(
   'rm -f ~/big_vision_relu.tar.gz'
   'if [ ! -x .venv/bin/python ]; then sudo apt-get -qq -o DPkg::Lock::Timeout=600 update; sudo DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=600 install -y python3-venv > /dev/null; python3 -m venv .venv; fi'
   '.venv/bin/python -m pip install -q --upgrade pip'
-  # apache-beam: the `tfds` command imports it at startup (TFDS 4.9.x), though no build here uses it.
-  '.venv/bin/python -m pip install -q -e . apache-beam'
+  '.venv/bin/python -m pip install -q -e .'
   # TF's GCS writer needs the VM's storage-rw scope and the account's write permission.
   "if ! .venv/bin/python -c 'import sys, tensorflow as tf; f = tf.io.gfile.GFile(sys.argv[1], \"w\"); f.write(\"ok\"); f.close(); tf.io.gfile.remove(sys.argv[1])' $(shell_quote "${probe}"); then echo \"\$(hostname): cannot write ${probe}: give the VM's service account roles/storage.objectAdmin on gs://${BUCKET} (or set DATA_SERVICE_ACCOUNT to one that has it)\" >&2; exit 1; fi"
   'echo "$(hostname): ready, writes to '"${data_dir}"' work"'
