@@ -10,9 +10,10 @@ with clipping and decoupled weight decay), on random images, for `--config` (def
 paper's ImageNet-21k recipe `configs/vit_i21k.py`: 224 px, GAP head of 21,843 classes,
 qk-layernorm) with each of `--models` (config arguments, ';'-separated) and `--attentions`.
 `--gated` adds each pointwise attention with the paper's gate, and its cost (step time with the
-gate / without). `--xla_options` compiles every step and matmul a second time with those XLA
-options ('+xla' rows, timed in the same rounds), e.g. `xla_cpu_experimental_ynn_fusion_type=`
-(XLA:CPU's YNNPACK fusions off; the trainer's `config.xla_compiler_options`).
+gate / without). Each step is compiled with its config's `xla_compiler_options`, as the trainer
+does; `--xla_options` compiles every step and matmul a second time with those XLA options added
+('+xla' rows, timed in the same rounds), e.g. `xla_cpu_experimental_ynn_fusion_type=` (XLA:CPU's
+YNNPACK fusions off).
 MFU = model FLOPs per second / this machine's float32 matmul peak (the fastest of square
 matmuls of 1024, 2048 and 4096, timed in turn with the steps): of the fastest step over the
 fastest peak, and the median over rounds of each round's step over that round's peak.
@@ -165,7 +166,8 @@ def main() -> None:
                              args.attention_impl)
       for suffix, options in builds:
         compiled, step_args = make_step(config, args.batch, args.image_size, args.channels,
-                                        options)
+                                        {**dict(config.get("xla_compiler_options") or {}),
+                                         **(options or {})})
         key = (model_args, attention + (" gated" if gated else "") + suffix)
         runs[key] = compiled, step_args
         flops[key] = (
