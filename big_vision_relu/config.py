@@ -5,6 +5,7 @@ validates them here before anything compiles, so a typo fails in a second, not a
 A field whose value is None means "unset" everywhere (the same as a missing key).
 `TRAIN_SCHEMA` is the one list of a training config's keys, each with its default and its
 check; `validate_train_config` returns the config the trainer runs: every key filled in.
+Each evaluator's `CONFIG_SCHEMA` is built from the same `Key`s and checks.
 """
 from __future__ import annotations
 
@@ -181,11 +182,6 @@ def check_keys(where: str, config: Mapping[str, Any], allowed: Iterable[str]) ->
                      f"{', '.join(sorted(allowed))}.")
 
 
-def _is_number(value: Any) -> bool:
-  return (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and math.isfinite(value))
-
-
 def _as_mapping(value: Any, where: str) -> Mapping[str, Any]:
   if isinstance(value, ml_collections.ConfigDict):
     return value.to_dict()
@@ -214,7 +210,8 @@ class Key:
 Schema = Mapping[str, Any]  # key -> its Key, or the Schema of a sub-config (filled alike)
 
 
-def _check(requirement: str, test: Callable[[Any], bool], *, required: bool = False) -> Check:
+def check_that(requirement: str, test: Callable[[Any], bool], *, required: bool = False
+               ) -> Check:
   """Checks that a set value passes `test` (else '`where`=value must be `requirement`');
   an unset one (None) fails only when `required`."""
   def check(where: str, value: Any) -> None:
@@ -226,7 +223,8 @@ def _check(requirement: str, test: Callable[[Any], bool], *, required: bool = Fa
   return check
 
 
-def _one_of(options: Iterable[str]) -> Check:
+def one_of(options: Iterable[str]) -> Check:
+  """Checks that the value (None included) is one of `options`."""
   options = tuple(options)
 
   def check(where: str, value: Any) -> None:
@@ -236,15 +234,30 @@ def _one_of(options: Iterable[str]) -> Check:
   return check
 
 
-def _is_positive_int(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+  """A finite int or float (not a bool)."""
+  return (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value))
+
+
+def is_positive_int(value: Any) -> bool:
   return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+_duration = Key(None, check_that("a positive number", lambda v: is_number(v) and v > 0))
+
+
+def duration_schema(prefix: str) -> Schema:
+  """The keys `{prefix}_steps|_epochs|_examples|_percent`, each an optional positive number;
+  `get_steps` checks that at most one is set and resolves it."""
+  return {key: _duration for key in duration_keys(prefix)}
 
 
 def _check_mults(where: str, rules: Any) -> None:
   """The multipliers of `[(regex, mult), ...]`; the rules' structure is optim's to check."""
   for rule in rules if isinstance(rules, (list, tuple)) else ():
     if isinstance(rule, (list, tuple)) and len(rule) == 2 and not (
-        _is_number(rule[1]) and rule[1] >= 0):
+        is_number(rule[1]) and rule[1] >= 0):
       raise ValueError(f"{where}: the multiplier of {rule[0]!r} is {rule[1]!r}; it must be a "
                        "finite number >= 0 (0 turns it off for those params).")
 
@@ -277,23 +290,25 @@ def _check_xla_options(where: str, options: Any) -> None:
                      f"{bad}.")
 
 
-_duration = Key(None, _check("a positive number", lambda v: _is_number(v) and v > 0))
-_dict = _check("a dict", lambda v: isinstance(v, Mapping))
+_dict = check_that("a dict", lambda v: isinstance(v, Mapping))
+
+# A split of a TFDS dataset: the training input's `data`, an evaluator's `data`.
+DATA_SCHEMA: Schema = {
+    "name": Key(None, check_that("a TFDS dataset name", lambda v: isinstance(v, str),
+                                 required=True)),
+    "split": Key(None, check_that("a TFDS split, e.g. 'train'", lambda v: isinstance(v, str),
+                                  required=True)),
+    "data_dir": Key(None),  # None: TFDS's default (datasets.get_builder)
+}
 
 INPUT_SCHEMA: Schema = {
-    "data": {
-        "name": Key(None, _check("a TFDS dataset name", lambda v: isinstance(v, str),
-                                 required=True)),
-        "split": Key(None, _check("a TFDS split, e.g. 'train'", lambda v: isinstance(v, str),
-                                  required=True)),
-        "data_dir": Key(None),
-    },
-    "batch_size": Key(None, _check("a positive int (the global batch)", _is_positive_int,
-                                   required=True)),
-    "pp": Key(None, _check("a pp string, e.g. 'decode|onehot(10)'",
-                           lambda v: isinstance(v, str), required=True)),
-    "prefetch": Key(2, _check("an int >= 0 (host batches prepared ahead)",
-                              lambda v: isinstance(v, int) and v >= 0)),
+    "data": DATA_SCHEMA,
+    "batch_size": Key(None, check_that("a positive int (the global batch)", is_positive_int,
+                                       required=True)),
+    "pp": Key(None, check_that("a pp string, e.g. 'decode|onehot(10)'",
+                               lambda v: isinstance(v, str), required=True)),
+    "prefetch": Key(2, check_that("an int >= 0 (host batches prepared ahead)",
+                                  lambda v: isinstance(v, int) and v >= 0)),
 }
 # big_vision's shuffle_buffer_size and cache_raw have no meaning here: the pipeline shuffles
 # globally by record index (data/input_pipeline.py), so setting them is an error, not a no-op.
@@ -302,45 +317,47 @@ INPUT_SCHEMA: Schema = {
 OPTIMIZER_SCHEMA: Schema = {
     "optax_name": Key("scale_by_adam"),  # checked by optim (OPTIMIZERS)
     "optax": Key({}, _dict),  # its keys are checked by optim against the optax function's
-    "lr": Key(None, _check("a finite number > 0 (the peak learning rate, e.g. 1e-3); the "
-                           "schedule scales it, the update subtracts it",
-                           lambda v: _is_number(v) and v > 0, required=True)),
-    "wd": Key(0.0, _check("a finite number >= 0 (decoupled decay per step, e.g. 1e-4; 0: no "
-                          "weight decay)", lambda v: _is_number(v) and v >= 0)),
+    "lr": Key(None, check_that("a finite number > 0 (the peak learning rate, e.g. 1e-3); the "
+                               "schedule scales it, the update subtracts it",
+                               lambda v: is_number(v) and v > 0, required=True)),
+    "wd": Key(0.0, check_that("a finite number >= 0 (decoupled decay per step, e.g. 1e-4; 0: "
+                              "no weight decay)", lambda v: is_number(v) and v >= 0)),
     # Kernels only; an explicit [] decays nothing.
     "wd_mults": Key(((".*/kernel$", 1.0),), _check_mults),
     "lr_mults": Key((), _check_mults),
-    "grad_clip_norm": Key(None, _check("a finite number >= 0 (the global gradient norm to clip "
-                                       "to, e.g. 1.0; 0 or None: no clipping)",
-                                       lambda v: _is_number(v) and v >= 0)),
+    "grad_clip_norm": Key(None, check_that("a finite number >= 0 (the global gradient norm to "
+                                           "clip to, e.g. 1.0; 0 or None: no clipping)",
+                                           lambda v: is_number(v) and v >= 0)),
     "schedule": Key(None, _check_schedule_key),
 }
 
 # Every key of a training config; the evaluators' own keys live under `evals` (checked by
 # evaluators.registry).
 TRAIN_SCHEMA: Schema = {
-    "seed": Key(0, _check("an int", lambda v: isinstance(v, int) and not isinstance(v, bool))),
+    "seed": Key(0, check_that("an int", lambda v: isinstance(v, int)
+                              and not isinstance(v, bool))),
     **{key: _duration for key in TOTAL_KEYS},  # exactly one (validate_train_config)
     "input": INPUT_SCHEMA,
-    "model_name": Key("vit", _one_of(("vit",))),
-    "model": Key(None, _check("the keywords of vit.Model, e.g. dict(variant='S/16')",
-                              lambda v: isinstance(v, Mapping), required=True)),
-    "num_classes": Key(None, _check("a positive int (the head's outputs)", _is_positive_int)),
-    "init_head_bias": Key(None, _check("a finite number", _is_number)),
-    "loss": Key("sigmoid_xent", _one_of(losses.LOSSES)),
+    "model_name": Key("vit", one_of(("vit",))),
+    "model": Key(None, check_that("the keywords of vit.Model, e.g. dict(variant='S/16')",
+                                  lambda v: isinstance(v, Mapping), required=True)),
+    "num_classes": Key(None, check_that("a positive int (the head's outputs)", is_positive_int)),
+    "init_head_bias": Key(None, check_that("a finite number", is_number)),
+    "loss": Key("sigmoid_xent", one_of(losses.LOSSES)),
     **OPTIMIZER_SCHEMA,
     "mixup": {
-        "p": Key(0.0, _check("a probability in [0, 1] (0: no mixup)",
-                             lambda v: _is_number(v) and 0 <= v <= 1)),
+        "p": Key(0.0, check_that("a probability in [0, 1] (0: no mixup)",
+                                 lambda v: is_number(v) and 0 <= v <= 1)),
         "fold_in": Key(None, _check_fold_in),
     },
     # At most one of each group; unset, it is DURATION_DEFAULTS.
-    **{key: _duration for key in duration_keys("log_training") + duration_keys("ckpt")},
+    **duration_schema("log_training"),
+    **duration_schema("ckpt"),
     "keep_ckpt_steps": Key(None),  # checked by checkpoint.Checkpointer
     "keep_last_ckpts": Key(2),  # checked by checkpoint.Checkpointer
     "mesh": Key(((DATA_AXIS, -1),), _check_mesh),
     "sharding_strategy": Key(((".*", "replicate"),)),  # checked by sharding.tree_shardings
-    "model_init": Key(None, _check("a path (vit.load's)", lambda v: isinstance(v, str))),
+    "model_init": Key(None, check_that("a path (vit.load's)", lambda v: isinstance(v, str))),
     "model_load": {"dont_load": Key(())},  # regexes of parameters model_init does not load
     "evals": Key({}, _dict),
     "xla_compiler_options": Key({}, _check_xla_options),
@@ -436,19 +453,19 @@ def check_schedule(schedule: Mapping[str, Any] | ml_collections.ConfigDict,
   if "warmup_percent" in cfg:
     fraction = cfg["warmup_percent"]
     # big_vision's "_percent" durations are fractions of the run, not 0-100.
-    if not _is_number(fraction) or not 0 <= fraction < 1:
+    if not is_number(fraction) or not 0 <= fraction < 1:
       raise ValueError(f"{where}.warmup_percent={fraction!r} must be a fraction in [0, 1) "
                        "(e.g. 0.1 for 10% of the run)")
   elif "warmup_steps" in cfg:
     warmup = cfg["warmup_steps"]
-    if not _is_number(warmup) or int(warmup) != warmup or warmup < 0:
+    if not is_number(warmup) or int(warmup) != warmup or warmup < 0:
       raise ValueError(f"{where}.warmup_steps={warmup!r} must be an integer >= 0")
   if warmup is not None and total_steps is not None and warmup >= total_steps:
     raise ValueError(f"{where}: warmup ({warmup} steps) must be shorter than the run "
                      f"({total_steps} steps); lower warmup_steps or use warmup_percent")
   for key, low, strict in (("mult", 0, True), ("min", 0, False), ("linear_end", 0, False),
                            ("timescale", 0, True)):
-    if key in cfg and (not _is_number(cfg[key]) or cfg[key] < low
+    if key in cfg and (not is_number(cfg[key]) or cfg[key] < low
                        or (strict and cfg[key] == low)):
       raise ValueError(f"{where}.{key}={cfg[key]!r} must be a finite number "
                        f"{'>' if strict else '>='} {low}")

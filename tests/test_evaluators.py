@@ -1,6 +1,7 @@
 """Evaluators: hand-computed classification sums, padding and sharding, the few-shot evaluator
-against the probe on directly-read arrays, the i21k->i1k restriction, the registry handing
-each evaluator the model, and the evaluate CLI."""
+against the probe on directly-read arrays, the i21k->i1k restriction, the registry filling and
+checking every evaluator's config before any data is read and handing each evaluator the
+model, and the evaluate CLI."""
 import json
 import subprocess
 import sys
@@ -12,8 +13,10 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from big_vision_relu import config as cfg_lib
 from big_vision_relu import sharding
 from big_vision_relu import train as train_lib
+from big_vision_relu.data import datasets as datasets_lib
 from big_vision_relu.data import label_maps
 from big_vision_relu.evaluators import classification, fewshot, registry
 from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator
@@ -91,8 +94,9 @@ def test_classification_evaluator_on_8_devices_with_padding(offline_data_dir):
                                                  data_dir=offline_data_dir),
                 pp_fn='decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")',
                 batch_size=48)  # 359 examples: 8 batches, the last padded
-  evaluator = classification.ClassificationEvaluator(config, model=FunctionModel(logits=predict),
-                                                     mesh=MESH8, default_loss="softmax_xent")
+  evaluator = classification.ClassificationEvaluator(
+      registry.evaluator_config(config, "evals.test"), model=FunctionModel(logits=predict),
+      mesh=MESH8, default_loss="softmax_xent")  # loss_name unset: the run's loss
   result = evaluator.run(weights)
   images, labels = _digits_arrays(offline_data_dir, "test")
   logits = images.reshape(len(images), -1) @ np.asarray(weights, np.float64)
@@ -110,7 +114,8 @@ def test_fewshot_evaluator_equals_the_probe_on_directly_read_features(offline_da
                 data_dir=offline_data_dir, pp_train=pp, pp_eval=pp, shots=(5, 10),
                 seeds=(0, 1), batch_size=40)
   predict = lambda params, images: images.reshape(images.shape[0], -1) * params  # noqa: E731
-  evaluator = FewShotEvaluator(config, model=FunctionModel(pre_logits=predict), mesh=MESH8)
+  evaluator = FewShotEvaluator(registry.evaluator_config(config, "evals.fewshot"),
+                               model=FunctionModel(pre_logits=predict), mesh=MESH8)
   result = evaluator.run(jnp.float32(2.0))
   x_train, y_train = _digits_arrays(offline_data_dir, "train")
   x_test, y_test = _digits_arrays(offline_data_dir, "test")
@@ -128,14 +133,19 @@ def test_missing_fewshot_dataset_fails_at_construction(offline_data_dir):
   config = dict(type="fewshot", datasets={"cifar": ("cifar100", "train", "test")},
                 data_dir=offline_data_dir, pp_train="decode", pp_eval="decode", batch_size=8)
   with pytest.raises(FileNotFoundError, match="prepare --download --datasets=cifar100"):
-    FewShotEvaluator(config, model=FunctionModel(pre_logits=lambda p, x: x), mesh=MESH8)
+    FewShotEvaluator(registry.evaluator_config(config, "evals.fewshot"),
+                     model=FunctionModel(pre_logits=lambda p, x: x), mesh=MESH8)
+
+
+NO_CADENCE = dict(log_steps=None, log_epochs=None, log_examples=None, log_percent=None)
+DIGITS = dict(name="digits", split="test")
 
 
 def test_the_registry_gives_every_evaluator_the_model(monkeypatch):
   built = []
 
   class Recorder:
-    CONFIG_KEYS = ("type", "pred")
+    CONFIG_SCHEMA = {"pred": cfg_lib.Key("logits")}
 
     def __init__(self, config, *, model, mesh, data_axis, default_loss):
       built.append(dict(config=dict(config), model=model, mesh=mesh, data_axis=data_axis,
@@ -148,8 +158,74 @@ def test_the_registry_gives_every_evaluator_the_model(monkeypatch):
                                    total_steps=10, steps_per_epoch=2.0, train_batch_size=8,
                                    default_loss="softmax_xent")
   assert [e.name for e in scheduled] == ["a", "b"]
+  filled = [dict(type="recorder", pred="logits", **NO_CADENCE),  # pred unset: the default
+            dict(type="recorder", pred="pre_logits", **NO_CADENCE)]
   assert built == [dict(config=cfg, model=model, mesh=MESH8, data_axis="data",
-                        default_loss="softmax_xent") for cfg in evals.values()]
+                        default_loss="softmax_xent") for cfg in filled]
+
+
+@pytest.mark.parametrize("given,expected", [
+    (dict(type="classification", data=DIGITS, pp_fn="decode", batch_size=8, label_map=None),
+     dict(type="classification", data=dict(DIGITS, data_dir=None), pp_fn="decode", batch_size=8,
+          loss_name=None, label_map=None, pred="logits", **NO_CADENCE)),
+    (dict(type="fewshot", datasets={"digits": ("digits", "train", "test")}, pp_train="a",
+          pp_eval="b", batch_size=8, seeds=[3], data_dir=None, log_steps=5),
+     dict(type="fewshot", datasets={"digits": ("digits", "train", "test")}, data_dir=None,
+          pp_train="a", pp_eval="b", shots=(10,), seeds=[3], l2_reg=1024.0,
+          loo_l2_grid=tuple(2.0**i for i in range(-10, 21)), pred="pre_logits", batch_size=8,
+          **dict(NO_CADENCE, log_steps=5))),
+    (dict(type="attention_stats", data=DIGITS, pp_fn="decode", batch_size=8),
+     dict(type="attention_stats", data=dict(DIGITS, data_dir=None), pp_fn="decode",
+          batch_size=8, num_examples=128, **NO_CADENCE)),
+], ids=["classification", "fewshot", "attention_stats"])
+def test_unset_keys_take_exactly_the_schema_defaults(given, expected):
+  filled = registry.evaluator_config(ml_collections.ConfigDict(given), "evals.x")
+  assert filled.to_dict() == expected  # None given (label_map, data_dir) reads as unset
+  if given["type"] == "fewshot":
+    assert type(filled.shots) is tuple and type(filled.loo_l2_grid) is tuple
+
+
+GOOD = dict(type="classification", data=DIGITS, pp_fn="decode", batch_size=8)
+PROBE = dict(type="fewshot", datasets={"digits": ("digits", "train", "test")}, pp_train="decode",
+             pp_eval="decode", batch_size=8)
+ATTENTION = dict(type="attention_stats", data=DIGITS, pp_fn="decode", batch_size=8)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(GOOD, bogus=1), r"Unknown key\(s\) in evals\.bad: bogus\. Valid keys: batch_size, "),
+    (dict(GOOD, type="bogus"), r"evals\.bad\.type='bogus'; valid: classification, fewshot"),
+    (dict(GOOD, batch_size=-1), r"evals\.bad\.batch_size=-1 must be a positive int"),
+    (dict(GOOD, batch_size=None), r"evals\.bad\.batch_size is required: a positive int"),
+    ({k: v for k, v in GOOD.items() if k != "pp_fn"},
+     r"evals\.bad\.pp_fn is required: a pp string producing `image` and one-hot `labels`"),
+    (dict(GOOD, data=dict(name="digits")), r"evals\.bad\.data\.split is required: a TFDS split"),
+    (dict(GOOD, data=dict(DIGITS, spilt="x")), r"Unknown key\(s\) in evals\.bad\.data: spilt"),
+    (dict(GOOD, loss_name="mse"), r"evals\.bad\.loss_name='mse' must be one of sigmoid_xent"),
+    (dict(GOOD, label_map="i21k_to_i2k"),
+     r"evals\.bad\.label_map='i21k_to_i2k' must be i21k_to_i1k or imagenet21k/<release>"),
+    (dict(GOOD, log_steps=0), r"evals\.bad\.log_steps=0 must be a positive number"),
+    (dict(PROBE, shots=(0,)), r"evals\.bad\.shots=\(0,\) must be a non-empty tuple of positive"),
+    (dict(PROBE, shots=()), r"evals\.bad\.shots=\(\) must be a non-empty tuple of positive"),
+    (dict(PROBE, seeds=(0, 1.5)), r"evals\.bad\.seeds=\(0, 1\.5\) must be a non-empty tuple of "
+                                  "ints >= 0"),
+    (dict(PROBE, l2_reg=0.0), r"evals\.bad\.l2_reg=0\.0 must be a finite number > 0"),
+    (dict(PROBE, loo_l2_grid=(1.0, -1.0)), r"evals\.bad\.loo_l2_grid=\(1\.0, -1\.0\) must be"),
+    (dict(PROBE, datasets={"digits": ("digits", "train")}),
+     r"evals\.bad\.datasets=.* must be a non-empty dict \{short_name: \(tfds_name, train_split"),
+    ({k: v for k, v in PROBE.items() if k != "datasets"}, r"evals\.bad\.datasets is required"),
+    (dict(ATTENTION, num_examples=0), r"evals\.bad\.num_examples=0 must be a positive int"),
+])
+def test_a_bad_evaluator_config_fails_before_any_dataset_is_read(monkeypatch, bad, match):
+  def read(*args, **kwargs):
+    raise AssertionError("a dataset was read before every evaluator config was checked")
+  monkeypatch.setattr(datasets_lib, "get_builder", read)
+  build = lambda evals: registry.from_config(  # noqa: E731
+      evals, model=FunctionModel(), mesh=MESH8, data_axis="data", total_steps=10,
+      steps_per_epoch=2.0, train_batch_size=8, default_loss="softmax_xent")
+  with pytest.raises(ValueError, match=match):
+    build({"good": GOOD, "bad": bad})
+  with pytest.raises(AssertionError, match="a dataset was read"):  # the guard guards
+    build({"good": GOOD})
 
 
 def test_evaluate_cli_on_a_trained_workdir(offline_data_dir, tmp_path):

@@ -1,6 +1,7 @@
 """Attention statistics during training: a light version of the notebook's (`inspect`).
 
-Config (under `evals.<name>`, type='attention_stats'):
+Config (under `evals.<name>`, type='attention_stats'; `AttentionStatsEvaluator.CONFIG_SCHEMA`
+has each key's default and check):
   data          {name, split, data_dir} of an eval split
   pp_fn         its (deterministic) pp, producing `image`
   batch_size    global batch size
@@ -28,6 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from big_vision_relu import config as cfg_lib
 from big_vision_relu.data import datasets
 from big_vision_relu.data import input_pipeline
 from big_vision_relu.evaluators import attention_capture
@@ -55,7 +57,14 @@ def layer_sums(weights: jax.Array, mask: jax.Array, layout: attention_statistics
 class AttentionStatsEvaluator:
   """Per-layer attention statistics of `model` on the first examples of an eval split (module
   docstring)."""
-  CONFIG_KEYS = ("type", "data", "pp_fn", "batch_size", "num_examples")
+  CONFIG_SCHEMA: cfg_lib.Schema = {
+      "data": cfg_lib.DATA_SCHEMA,
+      "pp_fn": common.pp_key("`image`"),
+      "batch_size": common.BATCH_SIZE_KEY,
+      "num_examples": cfg_lib.Key(128, cfg_lib.check_that(
+          "a positive int (how many of the split's first examples to look at)",
+          cfg_lib.is_positive_int)),
+  }
 
   def __init__(self, config: Mapping[str, Any], *, model: vit._Model,  # noqa: SLF001
                mesh: jax.sharding.Mesh, data_axis: str | tuple[str, ...] = "data",
@@ -63,14 +72,11 @@ class AttentionStatsEvaluator:
     del default_loss  # no loss here
     self.data = dict(config["data"])
     self.pp = config["pp_fn"]
-    self.batch_size = int(config["batch_size"])
+    self.batch_size = config["batch_size"]
     self.mesh, self.data_axis = mesh, data_axis
-    requested = int(config.get("num_examples", 128))
-    if requested < 1:
-      raise ValueError(f"attention_stats num_examples={requested} must be >= 1.")
     # Fails now, not after hours of training, when the data is missing.
     available = datasets.num_examples(self.data)
-    self.num_batches = math.ceil(min(requested, available) / self.batch_size)
+    self.num_batches = math.ceil(min(config["num_examples"], available) / self.batch_size)
 
     def sums(params, batch):
       layout = attention_capture.token_layout(model, batch["image"].shape[1:3])

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from big_vision_relu import config as cfg_lib
 from big_vision_relu import losses
 from big_vision_relu.data import datasets
 from big_vision_relu.data import input_pipeline
@@ -35,6 +36,13 @@ LABEL_MAPS: dict[str, Callable[[], np.ndarray]] = {
     "i21k_to_i1k": label_maps.i21k_to_i1k_indices,
 }
 _I21K = "imagenet21k"
+_LABEL_MAP_NAMES = (f"{' or '.join(LABEL_MAPS)} or {_I21K}/<release> (the dataset whose label "
+                    "names are the head's classes)")
+
+
+def _is_i21k_release(label_map: str) -> bool:
+  """Names an ImageNet-21k release's dataset: `imagenet21k/<release>[:version]`."""
+  return label_map.split("/")[0].split(":")[0] == _I21K
 
 
 def label_map_indices(label_map: str, data_dir: str | None = None) -> np.ndarray:
@@ -42,11 +50,10 @@ def label_map_indices(label_map: str, data_dir: str | None = None) -> np.ndarray
   ImageNet-21k release's dataset (`imagenet21k/<release>`, prepared in `data_dir`)."""
   if label_map in LABEL_MAPS:
     return LABEL_MAPS[label_map]()
-  if label_map.split("/")[0].split(":")[0] == _I21K:
+  if _is_i21k_release(label_map):
     names = datasets.get_builder(label_map, data_dir).info.features["label"].names
     return label_maps.i1k_indices(names)
-  raise ValueError(f"Unknown label_map {label_map!r}; valid: {', '.join(LABEL_MAPS)} or "
-                   f"{_I21K}/<release> (the dataset whose label names are the head's classes).")
+  raise ValueError(f"Unknown label_map {label_map!r}; valid: {_LABEL_MAP_NAMES}.")
 
 def restrict_logits(logits: jax.Array, indices: np.ndarray) -> jax.Array:
   """`logits[:, indices]`, with -inf where an index is -1 (a class the head does not have)."""
@@ -71,27 +78,36 @@ def batch_sums(logits: jax.Array, labels: jax.Array, mask: jax.Array, *, loss_na
 class ClassificationEvaluator:
   """prec@1 and loss of the model's output `pred` on one eval split.
 
-  Config keys (under `evals.<name>`): type='classification', data {name, split, data_dir},
-  pp_fn, batch_size, loss_name (default: the training loss, `default_loss`), label_map
-  (optional: 'i21k_to_i1k' or 'imagenet21k/<release>'), pred (default 'logits'), plus the log
-  cadence keys read by the trainer.
+  `config` (under `evals.<name>`, type='classification') is filled and checked against
+  `CONFIG_SCHEMA` (`registry.evaluator_config`).
   """
-  CONFIG_KEYS = ("type", "data", "pp_fn", "batch_size", "loss_name", "label_map", "pred")
+  CONFIG_SCHEMA: cfg_lib.Schema = {
+      "data": cfg_lib.DATA_SCHEMA,
+      "pp_fn": common.pp_key("`image` and one-hot `labels`, e.g. 'decode|onehot(10)'"),
+      "batch_size": common.BATCH_SIZE_KEY,
+      # None: the run's training loss (`default_loss`).
+      "loss_name": cfg_lib.Key(None, cfg_lib.check_that(
+          f"one of {', '.join(losses.LOSSES)} (unset: the run's loss)",
+          lambda v: v in losses.LOSSES)),
+      # None: the head's classes are the labels' classes.
+      "label_map": cfg_lib.Key(None, cfg_lib.check_that(
+          _LABEL_MAP_NAMES,
+          lambda v: isinstance(v, str) and (v in LABEL_MAPS or _is_i21k_release(v)))),
+      "pred": common.pred_key("logits"),
+  }
 
   def __init__(self, config: Mapping[str, Any], *, model: nn.Module, mesh: jax.sharding.Mesh,
                data_axis: str | tuple[str, ...] = "data", default_loss: str):
     self.data = dict(config["data"])
     self.pp = config["pp_fn"]
-    self.batch_size = int(config["batch_size"])
+    self.batch_size = config["batch_size"]
     self.mesh, self.data_axis = mesh, data_axis
-    loss_name = config.get("loss_name") or default_loss
-    if loss_name not in losses.LOSSES:
-      raise ValueError(f"Unknown loss_name {loss_name!r}; valid: {', '.join(losses.LOSSES)}.")
-    label_map = config.get("label_map")
-    indices = label_map_indices(label_map, self.data.get("data_dir")) if label_map else None
+    loss_name = default_loss if config["loss_name"] is None else config["loss_name"]
+    label_map = config["label_map"]
+    indices = label_map_indices(label_map, self.data["data_dir"]) if label_map else None
     # Fail now, not after hours of training, when the data is missing or badly specified.
     self.num_examples = datasets.num_examples(self.data)
-    predict_fn = common.make_predict_fn(model, config.get("pred", "logits"))
+    predict_fn = common.make_predict_fn(model, config["pred"])
 
     def sums(params, batch):
       logits = predict_fn(params, batch["image"])

@@ -1,13 +1,14 @@
 """Few-shot linear transfer during training: embed datasets with the model, then ridge probes.
 
-Config (under `evals.<name>`, type='fewshot'):
+Config (under `evals.<name>`, type='fewshot'; `FewShotEvaluator.CONFIG_SCHEMA` has each key's
+default and check):
   datasets   {short_name: (tfds_name, train_split, test_split)}, e.g. configs/common.py's
              FEWSHOT_8 (the paper's 8 datasets) or {'digits': ('digits', 'train', 'test')}
   data_dir   optional TFDS data dir of those datasets
   pp_train, pp_eval   pp strings producing `image` and an integer `label` (deterministic)
   shots (10,), seeds (0, 1, 2), l2_reg 2**10, loo_l2_grid (2^-10 .. 2^20)
   pred       the representation, a key of the model's `out` (default 'pre_logits')
-  batch_size
+  batch_size the global batch of the embedding
 Metrics: those of `fewshot.fewshot_results` per dataset and `fewshot.fewshot_average` over them
 (`10shot_avg` is the paper's "average 10-shot linear transfer on 8 datasets").
 
@@ -25,6 +26,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from big_vision_relu import config as cfg_lib
 from big_vision_relu.data import datasets as datasets_lib
 from big_vision_relu.data import input_pipeline
 from big_vision_relu.evaluators import common
@@ -51,28 +53,65 @@ def embed_split(embed: Callable[[Any, Mapping[str, jax.Array]], jax.Array], para
           labels[mask][order].astype(np.int64))
 
 
+def _is_dataset_specs(value: Any) -> bool:
+  return isinstance(value, Mapping) and bool(value) and all(
+      isinstance(spec, (list, tuple)) and len(spec) == 3
+      and all(isinstance(part, str) for part in spec) for spec in value.values())
+
+
+def _tuple_of(requirement: str, test: Callable[[Any], bool]) -> cfg_lib.Check:
+  """Checks for a non-empty tuple (or list) whose items pass `test`."""
+  return cfg_lib.check_that(requirement, lambda v: isinstance(v, (list, tuple)) and bool(v)
+                            and all(map(test, v)))
+
+
+def _is_positive_number(value: Any) -> bool:
+  return cfg_lib.is_number(value) and value > 0
+
+
+def _is_seed(value: Any) -> bool:  # np.random.default_rng's: an int >= 0
+  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 class FewShotEvaluator:
-  """k-shot ridge probes of a representation on several datasets (see the module docstring)."""
-  CONFIG_KEYS = ("type", "datasets", "data_dir", "pp_train", "pp_eval", "shots", "seeds",
-                 "l2_reg", "loo_l2_grid", "pred", "batch_size")
+  """k-shot ridge probes of a representation on several datasets (see the module docstring).
+
+  `config` is filled and checked against `CONFIG_SCHEMA` (`registry.evaluator_config`).
+  """
+  CONFIG_SCHEMA: cfg_lib.Schema = {
+      "datasets": cfg_lib.Key(None, cfg_lib.check_that(
+          "a non-empty dict {short_name: (tfds_name, train_split, test_split)}, e.g. "
+          "{'digits': ('digits', 'train', 'test')}", _is_dataset_specs, required=True)),
+      "data_dir": cfg_lib.Key(None),  # None: TFDS's default (datasets.get_builder)
+      "pp_train": common.pp_key("`image` and an integer `label`"),
+      "pp_eval": common.pp_key("`image` and an integer `label`"),
+      "shots": cfg_lib.Key((10,), _tuple_of(
+          "a non-empty tuple of positive ints (examples per class), e.g. (1, 5, 10)",
+          cfg_lib.is_positive_int)),
+      "seeds": cfg_lib.Key((0, 1, 2), _tuple_of(
+          "a non-empty tuple of ints >= 0 (one subset per seed), e.g. (0, 1, 2)", _is_seed)),
+      "l2_reg": cfg_lib.Key(fewshot.DEFAULT_L2, cfg_lib.check_that(
+          "a finite number > 0 (the ridge penalty), e.g. 1024.0", _is_positive_number)),
+      "loo_l2_grid": cfg_lib.Key(fewshot.DEFAULT_LOO_L2_GRID, _tuple_of(
+          "a non-empty tuple of finite numbers > 0 (the l2s leave-one-out picks from)",
+          _is_positive_number)),
+      "pred": common.pred_key("pre_logits"),
+      "batch_size": common.BATCH_SIZE_KEY,
+  }
 
   def __init__(self, config: Mapping[str, Any], *, model: nn.Module, mesh: jax.sharding.Mesh,
                data_axis: str | tuple[str, ...] = "data", default_loss: str | None = None):
     del default_loss  # a probe has no training loss
     self.mesh, self.data_axis = mesh, data_axis
-    self.batch_size = int(config["batch_size"])
+    self.batch_size = config["batch_size"]
     self.pp_train, self.pp_eval = config["pp_train"], config["pp_eval"]
-    self.shots = tuple(config.get("shots", (10,)))
-    self.seeds = tuple(config.get("seeds", (0, 1, 2)))
-    self.l2_reg = float(config.get("l2_reg", fewshot.DEFAULT_L2))
-    self.loo_l2_grid = tuple(config.get("loo_l2_grid", fewshot.DEFAULT_LOO_L2_GRID))
-    data_dir = config.get("data_dir")
+    self.shots = tuple(config["shots"])
+    self.seeds = tuple(config["seeds"])
+    self.l2_reg = float(config["l2_reg"])
+    self.loo_l2_grid = tuple(config["loo_l2_grid"])
+    data_dir = config["data_dir"]
     self.datasets = {}
-    for short_name, spec in dict(config["datasets"]).items():
-      if len(spec) != 3:
-        raise ValueError(f"fewshot dataset {short_name!r}: expected (tfds_name, train_split, "
-                         f"test_split), got {spec!r}.")
-      tfds_name, train_split, test_split = spec
+    for short_name, (tfds_name, train_split, test_split) in dict(config["datasets"]).items():
       # Fails now, with the command that prepares the dataset, not after hours of training.
       builder = datasets_lib.get_builder(tfds_name, data_dir)
       num_classes = builder.info.features["label"].num_classes
@@ -82,7 +121,7 @@ class FewShotEvaluator:
       for split in (train_split, test_split):
         datasets_lib.num_examples({"name": tfds_name, "split": split, "data_dir": data_dir})
 
-    predict_fn = common.make_predict_fn(model, config.get("pred", "pre_logits"))
+    predict_fn = common.make_predict_fn(model, config["pred"])
 
     def embed(params, batch):
       return predict_fn(params, batch["image"])

@@ -32,6 +32,7 @@ from sklearn.linear_model import RidgeClassifier
 from sklearn.neighbors import KNeighborsClassifier
 
 from big_vision_relu import run as run_lib
+from big_vision_relu.evaluators import registry
 from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator, embed_split
 
 PIXEL_PP = 'decode(channels=1)|value_range(-1, 1)|keep("image", "label")'
@@ -65,12 +66,14 @@ def compute(config: ml_collections.ConfigDict, seeds: Sequence[int],
   """Every baseline of the module docstring for `config` (a training config)."""
   run = run_lib.setup(config)
   mesh, axis = run.mesh, run_lib.DATA_AXIS
-  batch_size = max(cfg.get("batch_size", 256) for cfg in config.evals.values())
+  evals = {name: registry.evaluator_config(cfg, f"evals.{name}")
+           for name, cfg in run.config.evals.items()}
+  batch_size = max(cfg.batch_size for cfg in evals.values())
   results: dict[str, float] = {}
   with jax.set_mesh(mesh):
     x_train, y_train = embed_split(_batch_pixels, None, config.input.data, pixel_pp, batch_size,
                                    mesh=mesh, data_axis=axis)
-    for name, cfg in config.evals.items():
+    for name, cfg in evals.items():
       if cfg.type == "classification":
         x_test, y_test = embed_split(_batch_pixels, None, cfg.data, pixel_pp, batch_size, mesh=mesh,
                                      data_axis=axis)
