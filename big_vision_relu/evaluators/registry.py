@@ -35,6 +35,9 @@ def evaluator_config(config: Mapping[str, Any], where: str) -> ml_collections.Co
   """`config` (one evaluator's, named `where`, e.g. 'evals.test') with every key of its type's
   `CONFIG_SCHEMA` and of the cadence: unset keys take their default, every value is checked.
   Raises ValueError naming the key for an unknown type or key, a missing or bad value."""
+  if not isinstance(config, (Mapping, ml_collections.ConfigDict)):
+    raise ValueError(f"{where} must be a dict with a 'type' ({', '.join(EVALUATORS)}), got "
+                     f"{type(config).__name__}: {config!r}.")
   kind = config.get("type")
   if kind not in EVALUATORS:
     raise ValueError(f"{where}.type={kind!r}; valid: {', '.join(EVALUATORS)}.")
