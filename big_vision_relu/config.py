@@ -137,9 +137,10 @@ def duration_keys(prefix: str) -> tuple[str, ...]:
 
 
 def get_steps(config: Mapping[str, Any], prefix: str, *, total_steps: int | None,
-              steps_per_epoch: float | None, batch_size: int, required: bool = False
-              ) -> int | None:
-  """Resolves `{prefix}_steps|_epochs|_examples|_percent` in `config` to a number of steps.
+              steps_per_epoch: float | None, batch_size: int, required: bool = False,
+              where: str = "config") -> int | None:
+  """Resolves `{prefix}_steps|_epochs|_examples|_percent` in `config` (named `where` in
+  errors, e.g. 'evals.test') to a number of steps.
 
   At most one of the four may be set; `_percent` is a fraction of `total_steps` in [0, 1]
   (big_vision's convention: 0.1 is 10%). Returns None when none is
@@ -147,12 +148,14 @@ def get_steps(config: Mapping[str, Any], prefix: str, *, total_steps: int | None
   """
   given = {k: config[k] for k in duration_keys(prefix) if config.get(k) is not None}
   if len(given) > 1:
-    raise ValueError(f"Contradictory durations: set only one of {', '.join(given)}.")
+    raise ValueError(f"Contradictory durations in {where}: set only one of "
+                     f"{', '.join(given)}.")
   if not given:
     if required:
-      raise ValueError(f"Set one of {', '.join(duration_keys(prefix))}.")
+      raise ValueError(f"Set one of {', '.join(duration_keys(prefix))} in {where}.")
     return None
   (key, value), = given.items()
+  name = f"{where}.{key}"
   unit = key[len(prefix) + 1:]
   if unit == "steps":
     steps = value
@@ -160,16 +163,16 @@ def get_steps(config: Mapping[str, Any], prefix: str, *, total_steps: int | None
     steps = value / batch_size
   elif unit == "epochs":
     if steps_per_epoch is None:
-      raise ValueError(f"{key} needs the dataset size, which is unknown here.")
+      raise ValueError(f"{name} needs the dataset size, which is unknown here.")
     steps = value * steps_per_epoch
   else:
     if total_steps is None:
-      raise ValueError(f"{key} is relative to the total steps, which are unknown here.")
+      raise ValueError(f"{name} is relative to the total steps, which are unknown here.")
     if not 0 < value <= 1:
-      raise ValueError(f"{key}={value!r} must be a fraction in (0, 1] (0.1 = 10% of the run).")
+      raise ValueError(f"{name}={value!r} must be a fraction in (0, 1] (0.1 = 10% of the run).")
     steps = value * total_steps
   if not (isinstance(steps, (int, float)) and math.isfinite(steps) and steps > 0):
-    raise ValueError(f"{key}={value!r} must be a positive number.")
+    raise ValueError(f"{name}={value!r} must be a positive number.")
   return max(1, math.ceil(steps - 1e-9))
 
 

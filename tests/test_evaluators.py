@@ -214,6 +214,8 @@ ATTENTION = dict(type="attention_stats", data=DIGITS, pp_fn="decode", batch_size
      r"evals\.bad\.datasets=.* must be a non-empty dict \{short_name: \(tfds_name, train_split"),
     ({k: v for k, v in PROBE.items() if k != "datasets"}, r"evals\.bad\.datasets is required"),
     (dict(ATTENTION, num_examples=0), r"evals\.bad\.num_examples=0 must be a positive int"),
+    (dict(GOOD, log_steps=2, log_percent=0.5),
+     r"Contradictory durations in evals\.bad: set only one of log_steps, log_percent"),
     ("classification", r"evals\.bad must be a dict with a 'type' \(classification, fewshot"),
 ])
 def test_a_bad_evaluator_config_fails_before_any_dataset_is_read(monkeypatch, bad, match):

@@ -66,7 +66,8 @@ def from_config(evals: Mapping[str, Any], *, model: nn.Module, mesh: jax.shardin
   then builds each evaluator (which checks its data now)."""
   configs = {name: evaluator_config(cfg, f"evals.{name}") for name, cfg in evals.items()}
   every = {name: cfg_lib.get_steps(cfg, "log", total_steps=total_steps,
-                                   steps_per_epoch=steps_per_epoch, batch_size=train_batch_size)
+                                   steps_per_epoch=steps_per_epoch, batch_size=train_batch_size,
+                                   where=f"evals.{name}")
            for name, cfg in configs.items()}
   result = []
   for name, cfg in configs.items():
