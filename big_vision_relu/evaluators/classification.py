@@ -55,6 +55,7 @@ def label_map_indices(label_map: str, data_dir: str | None = None) -> np.ndarray
     return label_maps.i1k_indices(names)
   raise ValueError(f"Unknown label_map {label_map!r}; valid: {_LABEL_MAP_NAMES}.")
 
+
 def restrict_logits(logits: jax.Array, indices: np.ndarray) -> jax.Array:
   """`logits[:, indices]`, with -inf where an index is -1 (a class the head does not have)."""
   indices = np.asarray(indices)
