@@ -515,6 +515,17 @@ def test_two_processes_sigterm_save_the_same_step_and_exit_0(offline_data_dir, t
   assert stopped == [[str(step)], [str(step)]], stopped
 
 
+def _kill9_and_wait_for_the_other(procs, victim: int) -> None:
+  """kill -9 of `procs[victim]`, then waits (at most 3 minutes) for the other to exit."""
+  other = 1 - victim
+  killed = time.monotonic()
+  procs[victim].send_signal(signal.SIGKILL)
+  procs[victim].wait()
+  procs[other].wait(timeout=180)
+  print(f"kill -9 of process {victim}: process {other} exited "
+        f"{time.monotonic() - killed:.1f} s later")
+
+
 @pytest.mark.slow
 def test_two_processes_kill9_of_one_stops_the_other_with_a_message(offline_data_dir, tmp_path):
   """kill -9 of a worker: the other exits non-zero within 3 minutes, saying a peer was lost
@@ -527,12 +538,7 @@ def test_two_processes_kill9_of_one_stops_the_other_with_a_message(offline_data_
   # A shorter watchdog than the default 60 s keeps the test short; the mechanism is the same.
   procs = _spawn_pair(path, workdir, logs, extra=("--peer_timeout_s", "10"))
   _wait_for_steps(workdir, procs, 12)
-  killed = time.monotonic()
-  procs[1].send_signal(signal.SIGKILL)
-  procs[1].wait()
-  procs[0].wait(timeout=180)
-  elapsed = time.monotonic() - killed
-  print(f"kill -9 of process 1: process 0 exited {elapsed:.1f} s later")
+  _kill9_and_wait_for_the_other(procs, victim=1)
   assert procs[0].returncode == multihost.PEER_LOST_EXIT_CODE
   step, params = final_params(workdir)  # restores: intact
   assert step >= 5 and jax.tree.leaves(params)
@@ -558,12 +564,7 @@ def test_two_processes_kill9_of_the_coordinator_stops_the_other_then_resume(offl
       p.poll() is None for p in procs):
     time.sleep(0.05)
   assert all(p.poll() is None for p in procs), logs[0].read_text()[-3000:]
-  killed = time.monotonic()
-  procs[0].send_signal(signal.SIGKILL)
-  procs[0].wait()
-  procs[1].wait(timeout=180)
-  elapsed = time.monotonic() - killed
-  print(f"kill -9 of process 0: process 1 exited {elapsed:.1f} s later")
+  _kill9_and_wait_for_the_other(procs, victim=0)
   log = logs[1].read_text()
   assert procs[1].returncode == multihost.PEER_LOST_EXIT_CODE, log[-3000:]
   step = multihost.latest_finalized_step(checkpoints)
