@@ -101,9 +101,7 @@ for d in "${datasets[@]}"; do
     # checks cars196's and caltech_birds2011's hand-fetched files, builds ArrayRecord.
     cmd=(.venv/bin/python -m big_vision_relu.data.prepare --download "--datasets=${d}"
          "--data_dir=${data_dir}" "--download_dir=${downloads}")
-    if [[ ${base} == imagenet2012 ]]; then
-      cmd+=("--manual_dir=${IMAGENET2012_MANUAL_DIR}")
-    elif [[ -n ${!manual_var-} ]]; then
+    if [[ -n ${!manual_var-} ]]; then  # e.g. IMAGENET2012_MANUAL_DIR (required above)
       cmd+=("--manual_dir=${!manual_var}")
     fi
   fi
