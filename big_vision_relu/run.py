@@ -28,6 +28,7 @@ from big_vision_relu.data import datasets
 from big_vision_relu.data import input_pipeline
 from big_vision_relu.data.mixup import mixup
 from big_vision_relu.evaluators import registry as evaluators
+from big_vision_relu.models import attention as attn
 from big_vision_relu.models import vit
 
 DATA_AXIS = cfg_lib.DATA_AXIS
@@ -40,7 +41,8 @@ def make_model(config: ml_collections.ConfigDict) -> vit._Model:  # noqa: SLF001
     model = vit.Model(config.get("num_classes"), **config.model)
   except TypeError as e:
     options = [f.name for f in dataclasses.fields(vit._Model)  # noqa: SLF001
-               if f.name not in ("parent", "name", "num_classes")]
+               if f.name not in ("parent", "name", "num_classes", "attention_options")]
+    options += attn.CONFIG_KEYS  # the flat keys `vit.Model` turns into attention_options
     raise ValueError(f"Bad config.model: {e}. Valid options: variant, "
                      f"{', '.join(options)}.") from None
   model.validate()
@@ -141,11 +143,12 @@ def setup(config: ml_collections.ConfigDict,
                      f"mesh axis ({mesh.shape[DATA_AXIS]} devices); pick a multiple.")
   input_pipeline.host_batch_size(batch_size, jax.process_count())
   model = make_model(config)
-  if (model.attention_impl == "seq_parallel" and model.mesh is None
-      and model.seq_axis not in mesh.axis_names):
+  attention = model.attention_options
+  if (attention.impl == "seq_parallel" and attention.mesh is None
+      and attention.seq_axis not in mesh.axis_names):
     raise ValueError(f"attention_impl='seq_parallel' splits the sequence over the mesh axis "
-                     f"{model.seq_axis!r}, which config.mesh={config.mesh} lacks; use e.g. "
-                     f"config.mesh=[('data', 2), ('{model.seq_axis}', 4)].")
+                     f"{attention.seq_axis!r}, which config.mesh={config.mesh} lacks; use e.g. "
+                     f"config.mesh=[('data', 2), ('{attention.seq_axis}', 4)].")
   steps_per_epoch = datasets.num_examples(config.input.data) / batch_size
   steps = resolve_durations(config, steps_per_epoch)
 

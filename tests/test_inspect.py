@@ -172,7 +172,7 @@ def test_notebook_and_tool_on_a_trained_workdir(offline_data_dir, tmp_path, monk
   assert [line["step"] for line in logged if "attention/layer1/zeros" in line] == [1, 3, 6]
 
   run = inspect.load_run(relu_dir)
-  assert run.step == 6 and run.model.attention == "relu" and run.model.depth == 2
+  assert run.step == 6 and run.model.attention_options.activation == "relu" and run.model.depth == 2
   assert inspect.load_run(relu_dir, step=4).step == 4
   # A damaged newest step is skipped (with a warning) and left where it is.
   damaged_dir = tmp_path / "damaged"

@@ -233,7 +233,7 @@ def test_a_workdir_refuses_another_config_unless_the_change_is_allowed(offline_d
     (dict(input=dict(data=dict(name="mnist5k", split="train"), batch_size=12,
                      pp="decode")), "batch_size=12 is not divisible by the 'data' mesh axis"),
     (dict(model=dict(variant="mu/4", attention="relu3")), "valid choices: softmax, relu"),
-    (dict(model=dict(variant="mu/4", widht=3)), "Bad config.model.*widht"),
+    (dict(model=dict(variant="mu/4", widht=3)), "Bad config.model.*widht.*Valid options: variant, .*, attention, seqlen_alpha"),
     (dict(loss="hinge"), "Unknown loss 'hinge'"),
     (dict(lr=-0.1), r"config.lr=-0.1 must be a finite number > 0 \(the peak learning rate"),
     (dict(lr=float("nan")), r"config.lr=nan must be a finite number > 0"),

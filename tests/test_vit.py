@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from big_vision_relu.models import attention as attn
 from big_vision_relu.models import vit
 
 import numpy_reference
@@ -208,3 +209,15 @@ def test_config_errors(kw, match):
   with pytest.raises(ValueError, match=match):
     kw = {**dict(variant="mu/8"), **kw}
     vit.Model(3, **kw).init(jax.random.PRNGKey(0), IMAGES)
+
+
+def test_attention_keywords_become_the_models_one_attention_options():
+  """The flat keywords (config.model's) set the fields of one AttentionOptions, whose defaults
+  are the only ones; a bad value fails when the model is built, before anything is traced."""
+  model = vit.Model(3, variant="mu/8", attention="relu", seqlen_alpha=0.5, qk_norm=True,
+                    attention_impl="chunked", attention_block_size=16)
+  assert model.attention_options == attn.AttentionOptions(
+      activation="relu", seqlen_alpha=0.5, qk_norm=True, impl="chunked", block_size=16)
+  assert vit.Model(3, variant="mu/8").attention_options == attn.AttentionOptions()
+  with pytest.raises(ValueError, match="seqlen_alpha must be a finite number >= 0"):
+    vit.Model(3, variant="mu/8", attention="relu", seqlen_alpha=-1.0)

@@ -45,9 +45,10 @@ def run_row(workdir: str, num_images: int) -> dict[str, object] | None:
     return None
   images, _ = inspect.eval_examples(run, num_images)
   table = inspect.layer_table(inspect.run_model(run, images))
-  return {"run": pathlib.Path(workdir).name, "attention": run.model.attention,
-          "alpha": run.model.seqlen_alpha, "qk_norm": run.model.qk_norm,
-          "gated": run.model.gated, "seed": run.config["seed"], "step": run.step,
+  attention = run.model.attention_options
+  return {"run": pathlib.Path(workdir).name, "attention": attention.activation,
+          "alpha": attention.seqlen_alpha, "qk_norm": attention.qk_norm,
+          "gated": attention.gated, "seed": run.config["seed"], "step": run.step,
           ACCURACY: float(accuracies[-1]),
           **{stat: [row[stat] for row in table] for _, stat, _ in COLUMNS}}
 

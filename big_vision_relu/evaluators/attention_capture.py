@@ -8,6 +8,7 @@ jax-traceable: the `attention_stats` evaluator runs it inside its jitted sums, a
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -54,7 +55,8 @@ def apply_inspecting(model: vit._Model, params: Any, images: jax.Array, *,  # no
   def capture(module: nn.Module, method: str) -> bool:
     return with_qk and method == "__call__" and module.name in _QK_MODULES
 
-  model = model.clone(sow_attention_weights=True, attention_impl="dense")
+  model = model.clone(sow_attention_weights=True, attention_options=dataclasses.replace(
+      model.attention_options, impl="dense"))
   (logits, aux), state = model.apply(
       {"params": params}, images, train=False, mutable=["intermediates"],
       capture_intermediates=capture)

@@ -3,8 +3,8 @@
 With `attention='softmax'`, `qk_norm=False`, `gated=False` the parameters and the function are
 those of big_vision's ViT for the same options, so its released `.npz` checkpoints load
 (`load`). Our options select the attention of the encoder blocks (`attention.AttentionOptions`,
-built once from the flat keys below); the MAP head's pooling attention stays softmax, as the
-paper only changes the encoder's attention.
+which `Model` builds once from the flat keys, e.g. `attention='relu'`); the MAP head's pooling
+attention stays softmax, as the paper only changes the encoder's attention.
 
     model = Model(num_classes=1000, variant="S/16", attention="relu", qk_norm=True)
     logits, out = model.apply({"params": params}, images, train=False)  # images [n, h, w, 3]
@@ -191,33 +191,24 @@ class _Model(nn.Module):
   scan: bool = False
   remat_policy: str = "nothing_saveable"
   dtype_mm: str = "float32"
-  # Ours: the encoder's attention (the flat keys of `attn.AttentionOptions.from_config`).
-  attention: str = "softmax"
-  seqlen_alpha: float = 1.0
-  qk_norm: bool = False
-  gated: bool = False
-  gate_activation: str = "none"
-  attention_impl: str = "dense"
-  attention_block_size: int | None = None
-  mesh: Any = None
-  seq_axis: str = "seq"
+  # Ours: the encoder's attention; `Model` builds it from the flat config keys.
+  attention_options: attn.AttentionOptions = attn.AttentionOptions()
   # Sow each encoder block's attention weights `[n, heads, q, k]` into the `intermediates`
   # collection (apply with mutable=["intermediates"]); no parameters, no change to the output.
   sow_attention_weights: bool = False
 
-  def validate(self) -> attn.AttentionOptions:
-    """Raises ValueError for bad options (also called at the start of every call); returns the
-    encoder's attention options, built from the flat fields (which validates them)."""
+  def validate(self) -> None:
+    """Raises ValueError for bad options (also called at the start of every call); the attention
+    options validated themselves when they were built."""
     if self.pool_type not in POOL_TYPES:
       raise ValueError(f"Unknown pool_type {self.pool_type!r}; valid: {', '.join(POOL_TYPES)}.")
     if self.posemb not in POSEMB_TYPES:
       raise ValueError(f"Unknown posemb {self.posemb!r}; valid: {', '.join(POSEMB_TYPES)}.")
-    return attn.AttentionOptions.from_config({key: getattr(self, key) for key in attn.CONFIG_KEYS})
 
   @nn.compact
   def __call__(self, image: Array, *, train: bool = False) -> tuple[Array, dict[str, Any]]:
     """image `[n, h, w, c]` -> (logits `[n, num_classes]` (or the representation), out)."""
-    attention_options = self.validate()
+    self.validate()
     out = {}
     dtype_mm = jnp.dtype(self.dtype_mm)
     x = out["stem"] = nn.Conv(self.width, tuple(self.patch_size), strides=tuple(self.patch_size),
@@ -239,7 +230,8 @@ class _Model(nn.Module):
     x, out["encoder"] = Encoder(
         depth=self.depth, mlp_dim=self.mlp_dim or 4 * self.width, num_heads=self.num_heads,
         dropout=self.dropout, scan=self.scan, remat_policy=self.remat_policy, dtype_mm=dtype_mm,
-        attention_options=attention_options, sow_attention_weights=self.sow_attention_weights,
+        attention_options=self.attention_options,
+        sow_attention_weights=self.sow_attention_weights,
         name="Transformer")(x, deterministic=not train)
     encoded = out["encoded"] = x
 
@@ -286,10 +278,13 @@ def Model(num_classes: int | None = None, *, variant: str | None = None,  # noqa
   mesh and seq_axis (seq_parallel splits the sequence over the mesh axis seq_axis, 'seq' by
   default; mesh is a Mesh or config.mesh-style axes such as [('data', 2), ('seq', 4)], None =
   the context mesh of jax.set_mesh), sow_attention_weights (inspection: see `_Model`; dense
-  only). Explicit keywords override the variant's values. The attention keywords become one
-  `attention.AttentionOptions` (`attention.CONFIG_KEYS`), validated by `_Model.validate`.
+  only). Explicit keywords override the variant's values. The attention keywords become the
+  model's one `attention_options` (`attention.AttentionOptions`, validated here; its
+  `CONFIG_KEYS` map each keyword to its field).
   """
-  return _Model(num_classes=num_classes, **{**(decode_variant(variant) if variant else {}), **kw})
+  attention_kw = {key: kw.pop(key) for key in list(kw) if key in attn.CONFIG_KEYS}
+  return _Model(num_classes=num_classes, **{**(decode_variant(variant) if variant else {}), **kw},
+                attention_options=attn.AttentionOptions.from_config(attention_kw))
 
 
 # ---------------------------------------------------------------- .npz checkpoints
