@@ -28,14 +28,14 @@ def test_plan_trains_every_run_once_phase_a_and_calibration_first():
   planned = study.plan(fmnist.PHASES)
   every = {r.run_id for path in SWEEPS for r in sweep_lib.load_sweep(path)}
   assert {p.run.run_id for p in planned} == every
-  assert len(planned) == len(every) == 62
-  first = [p.run for p in planned[:4]]
+  assert len(planned) == len(every) == 64
+  first = [p.run for p in planned[:6]]
   assert first == [fmnist.run(attention="softmax"), fmnist.run(attention="relu"),
                    *fmnist.calibration()]
   phase_a = {r.run_id for r in fmnist.phase_a()}
-  assert {p.run.run_id for p in planned[:11]} == phase_a | {r.run_id for r in
+  assert {p.run.run_id for p in planned[:13]} == phase_a | {r.run_id for r in
                                                              fmnist.calibration()}
-  assert planned[11].run == fmnist.run(attention="relu", seed=fmnist.HELD_OUT_SEED)
+  assert planned[13].run == fmnist.run(attention="relu", seed=fmnist.HELD_OUT_SEED)
   # Figure 3's qk-LN-on and Figure 4's ungated runs are Figure 2's: one run, several sweeps.
   shared = next(p for p in planned if p.run == fmnist.run(attention="relu2", alpha=1.5))
   assert set(shared.sweeps) == {"configs/study/fig2.py", "configs/study/fig3.py",
@@ -43,7 +43,20 @@ def test_plan_trains_every_run_once_phase_a_and_calibration_first():
   study.check_totals_known(planned)  # the study never guesses whether a run finished
   config = sweep_lib.load_config(planned[0].run)
   assert config.model.num_heads * 32 == config.model.width  # head dimension 32
-  assert (config.input.data.name, config.total_epochs) == ("fashion_mnist_local", 10)
+  assert (config.input.data.name, config.total_epochs, config.lr) == (
+      "fashion_mnist_local", fmnist.EPOCHS, fmnist.LR)
+
+
+def test_an_argument_at_the_configs_default_is_not_spelled():
+  """lr joined the study's grid after runs had finished: at the config's own lr a run keeps its
+  id and --config (it trains the same), at another lr both say so."""
+  assert sweep_lib.load_config(sweep_lib.Run(fmnist.CONFIG, {})).lr == fmnist.BASE_LR
+  base = fmnist.run(attention="softmax", epochs=20, lr=fmnist.BASE_LR)
+  assert base.run_id == "fmnist_vit-Ti-p2-softmax-a1-qk_norm-nogated-e20-seed0"
+  assert "lr=" not in base.config_arg and base.args["lr"] == fmnist.BASE_LR
+  other = fmnist.run(attention="softmax", epochs=20, lr=2e-3)
+  assert other.run_id == "fmnist_vit-Ti-p2-softmax-a1-qk_norm-nogated-e20-seed0-lr0.002"
+  assert sweep_lib.load_config(other).lr == 2e-3
 
 
 @pytest.mark.parametrize("deltas, expected", [
@@ -76,8 +89,8 @@ def _archive_run(archive, run, curve, transfer):
 
 def test_verdicts_on_a_synthetic_archive(tmp_path):
   archive = tmp_path / "archive"
-  total = 4688
-  steps = [586 * k for k in range(1, 8)] + [total]
+  total = 9376
+  steps = [1172 * k for k in range(1, 8)] + [total]
   for seed, (softmax, relu) in enumerate([(0.900, 0.860), (0.905, 0.850), (0.895, 0.858)]):
     for run, final in ((fmnist.run(attention="softmax", seed=seed), softmax),
                        (fmnist.run(attention="relu", seed=seed), relu)):
@@ -89,12 +102,12 @@ def test_verdicts_on_a_synthetic_archive(tmp_path):
       "test/pixel_1nn": 0.855, "test/pixel_ridge": 0.81, "fewshot/pixels/10shot_avg": 0.78,
       "fewshot/random_init/seed0/10shot_avg": 0.3}))
   text = fmnist_report.write(archive, tmp_path / "out").read_text()
-  assert "(6 of 62 runs finished)" in text
+  assert "(6 of 64 runs finished)" in text
   assert "Held-out seed (relu/L, seed 3): not yet measured." in text
   assert "| relu/L approaches or matches softmax (L = 196) | -4.40 |" in text
   assert "does not hold |" in text.split("relu/L approaches")[1].splitlines()[0]
-  assert "- (a) softmax >= 89%: met" in text
-  assert "- (b) softmax's last quarter adds < 0.5 points: met" in text
+  assert "- (a) softmax >= 89% at 20 epochs, lr 0.001: met" in text
+  assert "- (b) softmax's last quarter adds < 0.5 points at 20 epochs, lr 0.001: met" in text
   assert "- (c) 20 epochs gain < 1 point over 10 for softmax and relu/L: not yet measured" in text
   relu1 = next(line for line in text.splitlines() if line.startswith(
       f"| {fmnist.run(attention='relu', seed=1).run_id} |"))
@@ -104,53 +117,73 @@ def test_verdicts_on_a_synthetic_archive(tmp_path):
   assert (tmp_path / "out" / "curves.png").stat().st_size > 0
 
 
-def _calibration_archive(archive, softmax_20_epochs):
-  """Phase 0 and 1's runs: 10-epoch softmax 0.900 (flat last quarter), relu 0.880; 20 epochs:
-  relu 0.885 and softmax `softmax_20_epochs`."""
-  for run, final, length in (
-      (fmnist.run(attention="softmax", epochs=10), 0.900, 1),
-      (fmnist.run(attention="relu", epochs=10), 0.880, 1),
-      (fmnist.run(attention="relu", epochs=20), 0.885, 2),
-      (fmnist.run(attention="softmax", epochs=20), softmax_20_epochs, 2)):
+def _calibration_archive(archive, softmax_20_epochs, other_lr=None):
+  """The calibration runs: 10-epoch softmax 0.900 (flat last quarter), relu 0.880; 20 epochs:
+  relu 0.885 and softmax `softmax_20_epochs`; with `other_lr` = (softmax accuracy, its last
+  quarter's gain), the pair at 20 epochs and lr 2e-3 (relu 0.89)."""
+  runs = [(fmnist.run(attention="softmax", epochs=10), 0.900, 1, 0.0),
+          (fmnist.run(attention="relu", epochs=10), 0.880, 1, 0.0),
+          (fmnist.run(attention="relu", epochs=20), 0.885, 2, 0.0),
+          (fmnist.run(attention="softmax", epochs=20), softmax_20_epochs, 2, 0.0)]
+  if other_lr:
+    runs += [(fmnist.run(attention="softmax", epochs=20, lr=2e-3), *other_lr[:1], 2, other_lr[1]),
+             (fmnist.run(attention="relu", epochs=20, lr=2e-3), 0.89, 2, 0.0)]
+  for run, final, length, late_gain in runs:
     steps = [586 * length * k for k in range(1, 9)]  # 8 evaluations, the last at the end
-    curve = {s: final - 0.05 * (s <= steps[3]) for s in steps}
+    curve = {s: final - 0.05 * (s <= steps[3]) - late_gain * (s < steps[-1]) for s in steps}
     _archive_run(archive, run, curve, transfer=0.5)
+
+
+def _check_calibration(archive):
+  return subprocess.run(
+      [sys.executable, "-m", "big_vision_relu.experiments.fmnist_report", "--archive",
+       str(archive), "--check_calibration"], capture_output=True, text=True, timeout=300,
+      check=False, cwd=ROOT)
 
 
 @pytest.mark.parametrize("softmax_20_epochs, accepted", [(0.905, True), (0.915, False)])
 def test_the_calibration_gate(tmp_path, softmax_20_epochs, accepted):
-  """The recipe is accepted only when (a)-(c) all hold (here (c) decides: 20 epochs gain 0.5 or
-  1.5 points), and the CLI that launch/study.sh asks says so by its exit code."""
+  """D1: the 20-epoch recipe is accepted only when (a)-(c) all hold (here (c) decides: 20 epochs
+  gain 0.5 or 1.5 points; then D2 waits for its pair), and the CLI that launch/study.sh asks
+  says so by its exit code."""
   archive = tmp_path / "archive"
   _calibration_archive(archive, softmax_20_epochs)
   rules = fmnist_report.calibration(fmnist_report.load_results(archive))
   assert (rules.a, rules.b, rules.c, rules.accepted) == (True, True, accepted, accepted)
-  result = subprocess.run(
-      [sys.executable, "-m", "big_vision_relu.experiments.fmnist_report", "--archive",
-       str(archive), "--check_calibration"], capture_output=True, text=True, timeout=300,
-      check=False, cwd=ROOT)
+  assert rules.choice == ((20, fmnist.BASE_LR) if accepted else None)
+  result = _check_calibration(archive)
   assert result.returncode == (0 if accepted else fmnist_report.NOT_ACCEPTED_EXIT_CODE)
   assert ("- accepted: yes" in result.stdout) == accepted, result.stdout + result.stderr
+  assert accepted or "D2: waiting for the pair at 20 epochs, lr 0.002" in result.stdout
 
 
-def test_a_20_epoch_recipe_is_judged_on_its_own_runs(tmp_path, monkeypatch):
-  """With the recipe at 20 epochs (docs/reproduction.md 1.2), (a) and (b) read the 20-epoch
-  runs, (c) is still the 10 -> 20 gain, and the calibration runs are the 10-epoch ones."""
-  # What setting fmnist.EPOCHS = 20 in the source does (GRID reads it at import).
-  monkeypatch.setattr(fmnist, "EPOCHS", 20)
-  monkeypatch.setattr(fmnist, "GRID", sweep_lib.Grid(fmnist.CONFIG,
-                                                     {**fmnist.GRID.defaults, "epochs": 20}))
-  assert [r.run_id for r in fmnist.calibration()] == [
-      fmnist.run(attention=a, epochs=10).run_id for a in ("softmax", "relu")]
-  for softmax_20_epochs, a in ((0.905, True), (0.885, False)):
-    archive = tmp_path / f"archive_{softmax_20_epochs}"
-    _calibration_archive(archive, softmax_20_epochs)
-    results = fmnist_report.load_results(archive)
-    rules = fmnist_report.calibration(results)
-    assert (rules.a, rules.b, rules.c) == (a, True, True)
-    assert rules.rows[0] == ("softmax", "90.0", f"{100 * softmax_20_epochs:.1f}", "+0.0",
-                             f"{100 * (softmax_20_epochs - 0.9):+.1f}")
-    assert "- the recipe: 20 epochs" in fmnist_report.calibration_lines(results)
+@pytest.mark.parametrize("other_lr, chosen", [
+    ((0.925, 0.0), 2e-3),  # scores higher and is converged
+    ((0.925, 0.006), 1e-3),  # scores higher but its last quarter adds 0.6 points: the other
+    ((0.91, 0.0), 1e-3),  # scores lower
+])
+def test_rule_d2_picks_the_20_epoch_lr(tmp_path, monkeypatch, other_lr, chosen):
+  """D2 (docs/reproduction.md 1.2): the lr whose 20-epoch softmax scores higher, if its last
+  quarter meets (b), else the other; the gate opens only once the study's LR is the choice, and
+  the calibration runs are then the other points'."""
+  archive = tmp_path / "archive"
+  _calibration_archive(archive, 0.915, other_lr)  # (c) fails: 1.5 points from 10 to 20 epochs
+  rules = fmnist_report.calibration(fmnist_report.load_results(archive))
+  assert rules.choice == (20, chosen)
+  assert rules.accepted == (chosen == fmnist.LR)
+  if chosen != fmnist.LR:
+    result = _check_calibration(archive)
+    assert result.returncode == fmnist_report.NOT_ACCEPTED_EXIT_CODE
+    assert f"the rules choose 20 epochs, lr {chosen:g}" in result.stdout
+  # What setting fmnist.LR = chosen in the source does (GRID reads it at import).
+  monkeypatch.setattr(fmnist, "LR", chosen)
+  monkeypatch.setattr(fmnist, "GRID", sweep_lib.Grid(
+      fmnist.CONFIG, {**fmnist.GRID.defaults, "lr": chosen}, fmnist.GRID.implicit))
+  results = fmnist_report.load_results(archive)
+  assert fmnist_report.calibration(results).accepted
+  assert "- accepted: yes" in fmnist_report.calibration_lines(results)
+  assert {(r.args["epochs"], r.args["lr"]) for r in fmnist.calibration()} == (
+      set(fmnist.CALIBRATION) - {(20, chosen)})
 
 
 def _write_idx(path, array):

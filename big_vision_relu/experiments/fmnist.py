@@ -11,10 +11,13 @@ from typing import Any
 from big_vision_relu.experiments.sweep import FigureSpec, Grid, Run
 
 CONFIG = "configs/study/fmnist_vit.py"
-# The recipe's candidate lengths, each run (seed 0, softmax and relu/L) to calibrate the other
-# (docs/reproduction.md 1.2): the recipe is one of them, EPOCHS.
-CALIBRATION_EPOCHS = (10, 20)
-EPOCHS = 10  # the recipe's length (passed to configs/study/fmnist_vit.py as `epochs`)
+BASE_LR = 1e-3  # CONFIG's own peak lr: runs at it keep ids without an lr (`Grid.implicit`)
+# The recipe's calibration points (epochs, peak lr), each run for softmax and relu/L at seed 0
+# (docs/reproduction.md 1.2): 10 and 20 epochs at BASE_LR, then (its rule D2) 20 epochs at
+# 2e-3. The recipe (EPOCHS, LR) is one of them; the others are the calibration phase's runs.
+CALIBRATION = ((10, BASE_LR), (20, BASE_LR), (20, 2e-3))
+EPOCHS = 20  # the recipe's length (configs/study/fmnist_vit.py's `epochs`)
+LR = BASE_LR  # the recipe's peak lr, as rule D2 picks it (fmnist_report --check_calibration)
 SEEDS = (0, 1, 2)
 HELD_OUT_SEED = 3  # retrained once phase A is done: must land inside its arm's seed spread
 ALPHAS = (0.0, 0.5, 1.0, 1.5, 2.0)  # Figure 2's grid
@@ -22,7 +25,7 @@ ABLATION_ALPHAS = (0.0, 1.0, 1.5)  # Figures 3 and 4
 SIZES = ("Ti", "S", "B")  # Figure 1, at L = 49
 OTHER_ACTIVATIONS = ("gelu", "softplus", "sigmoid", "identity")  # alpha 0 and 1 only
 GRID = Grid(CONFIG, dict(size="Ti", patch=2, attention="relu", alpha=1.0, qk_norm=True,
-                         gated=False, epochs=EPOCHS, seed=0))
+                         gated=False, epochs=EPOCHS, seed=0, lr=LR), implicit={"lr": BASE_LR})
 
 FIGURE = FigureSpec(
     accuracy_metric="test/prec@1", accuracy_label="Fashion-MNIST test accuracy",
@@ -33,7 +36,7 @@ FIGURE = FigureSpec(
 
 def run(**args: Any) -> Run:
   """A run of the study: `args` override the defaults (Ti, patch 2, relu, alpha 1, qk-LN on,
-  no gate, EPOCHS, seed 0)."""
+  no gate, EPOCHS, seed 0, LR)."""
   return GRID.run(**args)
 
 
@@ -44,10 +47,10 @@ def phase_a() -> list[Run]:
 
 
 def calibration() -> list[Run]:
-  """The recipe's convergence check: softmax and relu/L at seed 0 at the other calibration
-  length (20 epochs for the 10-epoch recipe, 10 for a 20-epoch one)."""
-  return [run(attention=attention, epochs=epochs) for epochs in CALIBRATION_EPOCHS
-          if epochs != EPOCHS for attention in ("softmax", "relu")]
+  """The recipe's calibration runs: softmax and relu/L at seed 0 at every CALIBRATION point
+  but the recipe's own (whose runs are phase A's seed-0 runs)."""
+  return [run(attention=attention, epochs=epochs, lr=lr) for epochs, lr in CALIBRATION
+          if (epochs, lr) != (EPOCHS, LR) for attention in ("softmax", "relu")]
 
 
 def held_out() -> list[Run]:
@@ -68,6 +71,6 @@ PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("configs/study/fig4.py", {}),
     ("configs/study/fig1.py", {}),
 )
-# The recipe's calibration (phase 0's runs at EPOCHS, phase 1's at the other length): until its rules
-# (docs/reproduction.md 1.2 (a)-(c)) accept the recipe, launch/study.sh runs only these.
+# The recipe's calibration (phase 0's runs at the recipe, phase 1's at the other points): until
+# its rules (docs/reproduction.md 1.2) accept the recipe, launch/study.sh runs only these.
 CALIBRATION_PHASES = (0, 1)

@@ -169,46 +169,72 @@ def baselines_table(baselines: Mapping[int, Mapping[str, float]]) -> list[str]:
                  "10-shot: raw pixels %", "10-shot: random init network %"), rows)
 
 
+Point = tuple[int, float]  # a calibration point: (epochs, peak lr)
+
+
 @dataclasses.dataclass(frozen=True)
 class Calibration:
-  """Rules (a)-(c) of the recipe (docs/reproduction.md 1.2): each True (met), False (not met)
-  or None (not yet measured), with the table of their numbers."""
+  """The recipe rules of docs/reproduction.md 1.2 on the archive's calibration runs (seed 0,
+  L = 196): (a)-(c) on the length pair at `fmnist.BASE_LR`, each True (met), False (not met) or
+  None (not yet measured); `choice`, the recipe that D1 or D2 picks (None until decided), with
+  why; and the table of their numbers."""
   a: bool | None
   b: bool | None
   c: bool | None
+  choice: Point | None
+  reason: str
   rows: tuple[tuple[str, ...], ...]
 
   @property
   def accepted(self) -> bool:
-    return bool(self.a and self.b and self.c)
+    """The rules have chosen a recipe and it is the study's (`fmnist.EPOCHS`, `fmnist.LR`)."""
+    return self.choice == (fmnist.EPOCHS, fmnist.LR)
+
+
+def _point(point: Point) -> str:
+  return f"{point[0]} epochs, lr {point[1]:g}"
 
 
 def calibration(results: Sequence[RunResult]) -> Calibration:
-  """Rules (a)-(c) measured on the archive's seed-0 softmax and relu/L runs: (a) and (b) on the
-  recipe's length (`fmnist.EPOCHS`), (c) the gain from the shorter calibration length to the
-  longer (`fmnist.CALIBRATION_EPOCHS`)."""
+  """Rules (a)-(c) and the choice of recipe (D1, else D2), measured on the archive."""
   by_id = {r.run.run_id: r for r in results}
-  short, long = fmnist.CALIBRATION_EPOCHS
-  rows, accuracy, last_quarter, doubled = [], {}, {}, {}
-  for attention in ("softmax", "relu"):
-    acc = {}
-    for epochs in (short, long):
-      result = by_id.get(fmnist.run(attention=attention, epochs=epochs).run_id)
-      acc[epochs] = result.accuracy if result else None
-      if epochs == fmnist.EPOCHS:
-        at_75 = result.accuracy_at(0.75) if acc[epochs] is not None else None
-        last_quarter[attention] = None if at_75 is None else acc[epochs] - at_75
-    accuracy[attention] = acc[fmnist.EPOCHS]
-    doubled[attention] = None if None in acc.values() else acc[long] - acc[short]
-    rows.append((attention, _pct(acc[short]), _pct(acc[long]),
-                 _pct(last_quarter[attention], True), _pct(doubled[attention], True)))
-  gains = list(doubled.values())
-  return Calibration(
-      a=None if accuracy["softmax"] is None else accuracy["softmax"] >= SOFTMAX_MIN_ACCURACY,
-      b=(None if last_quarter["softmax"] is None
-         else last_quarter["softmax"] < LAST_QUARTER_MAX_GAIN),
-      c=None if None in gains else all(g < DOUBLE_LENGTH_MAX_GAIN for g in gains),
-      rows=tuple(rows))
+  accuracy, last_quarter, rows = {}, {}, []
+  for point in fmnist.CALIBRATION:
+    for attention in ("softmax", "relu"):
+      result = by_id.get(fmnist.run(attention=attention, epochs=point[0], lr=point[1]).run_id)
+      acc = accuracy[point, attention] = result.accuracy if result else None
+      at_75 = result.accuracy_at(0.75) if acc is not None else None
+      last_quarter[point, attention] = None if at_75 is None else acc - at_75
+      rows.append((attention, str(point[0]), f"{point[1]:g}", _pct(acc),
+                   _pct(last_quarter[point, attention], True)))
+  short, long, other_lr = fmnist.CALIBRATION
+
+  def converged(point: Point) -> bool | None:  # rule (b)
+    gain = last_quarter[point, "softmax"]
+    return None if gain is None else gain < LAST_QUARTER_MAX_GAIN
+
+  a = (None if accuracy[long, "softmax"] is None
+       else accuracy[long, "softmax"] >= SOFTMAX_MIN_ACCURACY)
+  gains = [None if None in (accuracy[long, x], accuracy[short, x])
+           else accuracy[long, x] - accuracy[short, x] for x in ("softmax", "relu")]
+  c = None if None in gains else all(g < DOUBLE_LENGTH_MAX_GAIN for g in gains)
+  b = converged(long)
+  if a and b and c:
+    choice, reason = long, "D1: (a)-(c) met"
+  elif None in (a, b, c):
+    choice, reason = None, "(a)-(c) not yet measured"
+  elif accuracy[other_lr, "softmax"] is None or last_quarter[other_lr, "softmax"] is None:
+    choice, reason = None, f"D2: waiting for the pair at {_point(other_lr)}"
+  else:
+    higher, lower = sorted((long, other_lr), key=lambda p: accuracy[p, "softmax"], reverse=True)
+    choice = higher if converged(higher) else lower
+    reason = (f"D2: softmax scores higher at lr {higher[1]:g} "
+              f"({_pct(accuracy[higher, 'softmax'])} vs {_pct(accuracy[lower, 'softmax'])}), "
+              f"whose last quarter {'meets' if converged(higher) else 'does NOT meet'} (b)")
+  if choice is not None:
+    meets = accuracy[choice, "softmax"] >= SOFTMAX_MIN_ACCURACY
+    reason += f"; its softmax {'meets' if meets else 'does NOT meet'} (a)"
+  return Calibration(a=a, b=b, c=c, choice=choice, reason=reason, rows=tuple(rows))
 
 
 def _rule(ok: bool | None) -> str:
@@ -216,22 +242,30 @@ def _rule(ok: bool | None) -> str:
 
 
 def calibration_lines(results: Sequence[RunResult]) -> list[str]:
-  """Rules (a)-(c) of the recipe, each with its measured numbers."""
+  """Rules (a)-(c) of the recipe and the rules' choice, each with its measured numbers."""
   rules = calibration(results)
-  short, long = fmnist.CALIBRATION_EPOCHS
+  short, long, _ = fmnist.CALIBRATION
+  recipe = (fmnist.EPOCHS, fmnist.LR)
+  if rules.accepted:
+    accepted = "yes"
+  elif rules.choice is not None:
+    accepted = (f"no: the rules choose {_point(rules.choice)}, but the study's recipe is "
+                f"{_point(recipe)}: set fmnist.EPOCHS and fmnist.LR to the choice")
+  else:
+    accepted = (f"no: only phases {', '.join(map(str, fmnist.CALIBRATION_PHASES))} run "
+                "(launch/study.sh) until the rules choose a recipe")
   return [
-      *_table(("attention (seed 0, L = 196)", f"{short} epochs %", f"{long} epochs %",
-               f"last quarter of {fmnist.EPOCHS} epochs adds", f"{long} - {short} epochs"),
-              rules.rows),
-      f"- the recipe: {fmnist.EPOCHS} epochs",
-      f"- (a) softmax >= {100 * SOFTMAX_MIN_ACCURACY:.0f}%: {_rule(rules.a)}",
-      f"- (b) softmax's last quarter adds < {100 * LAST_QUARTER_MAX_GAIN:.1f} points: "
-      f"{_rule(rules.b)}",
-      f"- (c) {long} epochs gain < {100 * DOUBLE_LENGTH_MAX_GAIN:.0f} point over {short} for "
-      f"softmax and relu/L: {_rule(rules.c)}",
-      "- accepted: " + ("yes" if rules.accepted else
-                        f"no: only phases {', '.join(map(str, fmnist.CALIBRATION_PHASES))} run "
-                        "(launch/study.sh) until the recipe changes or is accepted"),
+      *_table(("attention (seed 0, L = 196)", "epochs", "peak lr", "test acc %",
+               "last quarter adds"), rules.rows),
+      f"- the study's recipe: {_point(recipe)}",
+      f"- (a) softmax >= {100 * SOFTMAX_MIN_ACCURACY:.0f}% at {_point(long)}: {_rule(rules.a)}",
+      f"- (b) softmax's last quarter adds < {100 * LAST_QUARTER_MAX_GAIN:.1f} points at "
+      f"{_point(long)}: {_rule(rules.b)}",
+      f"- (c) {long[0]} epochs gain < {100 * DOUBLE_LENGTH_MAX_GAIN:.0f} point over {short[0]} "
+      f"for softmax and relu/L: {_rule(rules.c)}",
+      "- the rules choose: " + (_point(rules.choice) if rules.choice else "not yet")
+      + f" ({rules.reason})",
+      f"- accepted: {accepted}",
       ""]
 
 
@@ -282,8 +316,9 @@ def plot_curves(results: Sequence[RunResult], baselines: Mapping[int, Mapping[st
     epochs = [s / r.total_steps * args["epochs"] for s in r.curve]
     style = "-" if args["alpha"] == 1.0 or args["attention"] == "softmax" else ":"
     ax.plot(epochs, list(r.curve.values()), style, color=colors[args["attention"]],
-            alpha=0.5 if args["epochs"] == fmnist.EPOCHS else 1.0, marker=".",
-            label=f"{args['attention']} a{args['alpha']:g} e{args['epochs']} s{args['seed']}")
+            alpha=0.5 if (args["epochs"], args["lr"]) == (fmnist.EPOCHS, fmnist.LR) else 1.0,
+            marker=".", label=f"{args['attention']} a{args['alpha']:g} e{args['epochs']} "
+                              f"lr{args['lr']:g} s{args['seed']}")
   for key, style in (("test/pixel_1nn", "--"), ("test/pixel_ridge", "-.")):
     if key in baselines.get(2, {}):
       ax.axhline(baselines[2][key], color="grey", linestyle=style, label=key.split("/")[1])

@@ -39,33 +39,46 @@ def _short(key: str, value: Any) -> str:
     return f"seed{value}"
   if key == "epochs":
     return f"e{value}"
+  if key == "lr":
+    return f"lr{value:g}"
   return str(value)
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-  """One run of a sweep: `config` (a path relative to the repository) with `args`."""
+  """One run of a sweep: `config` (a path relative to the repository) with `args`.
+
+  `implicit` maps arguments to the config's own defaults: an argument at that value is left out
+  of the run id and of --config (it trains the same), so a study can add an argument to its
+  grid without renaming the runs it has finished.
+  """
   config: str
   args: Mapping[str, Any]
+  implicit: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def _spelled(self) -> dict[str, Any]:
+    return {k: v for k, v in self.args.items() if k not in self.implicit or v != self.implicit[k]}
 
   @property
   def config_arg(self) -> str:
     """The value of --config: 'configs/vit_i21k.py:variant=S/16,attention=relu,...'."""
-    return self.config + ":" + ",".join(f"{k}={v}" for k, v in self.args.items())
+    return self.config + ":" + ",".join(f"{k}={v}" for k, v in self._spelled().items())
 
   @property
   def run_id(self) -> str:
     """e.g. 'i21k-S16-relu-a1-qk_norm-nogated' for vit_i21k.py with those args."""
     stem = pathlib.Path(self.config).stem.removeprefix("vit_")
-    return "-".join([stem, *(_short(k, v) for k, v in self.args.items())])
+    return "-".join([stem, *(_short(k, v) for k, v in self._spelled().items())])
 
 
 @dataclasses.dataclass(frozen=True)
 class Grid:
   """A study's runs: one config with every study argument spelled out, in the order of
-  `defaults`, so that a run shared by several figures has one run id and is trained once."""
+  `defaults`, so that a run shared by several figures has one run id and is trained once;
+  arguments at their `implicit` value (the config's default; see `Run`) are left unspelled."""
   config: str
   defaults: Mapping[str, Any]
+  implicit: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def run(self, **args: Any) -> Run:
     """The run with `args` overriding the defaults. Softmax takes no alpha, so its alpha is
@@ -77,7 +90,7 @@ class Grid:
     values = {**self.defaults, **args}
     if values.get("attention") == "softmax":
       values["alpha"] = self.defaults["alpha"]
-    return Run(self.config, values)
+    return Run(self.config, values, self.implicit)
 
   def ablation(self, flag: str, alphas: Sequence[float], **panels: Sequence[Any]) -> list[Run]:
     """Figures 3 and 4: relu and relu2 at each of `alphas` with `flag` ('qk_norm' or 'gated')

@@ -1,5 +1,6 @@
-r"""The recipe's convergence check: softmax and relu/L (seed 0, L = 196) trained for twice the
-recipe's epochs; their 1x twins are phase A's seed-0 runs (docs/reproduction.md, "Recipe").
+r"""The recipe's calibration: softmax and relu/L (seed 0, L = 196) at each of fmnist.CALIBRATION's
+(epochs, lr) points; those at the recipe's own point are phase A's seed-0 runs
+(docs/reproduction.md, 1.2).
 
     python -m big_vision_relu.experiments.sweep configs/study/calibration.py --list
 """
