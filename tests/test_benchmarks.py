@@ -81,17 +81,23 @@ def test_study_throughput_benchmark_charges_each_run_its_evaluators(offline_data
   monkeypatch.setenv("TFDS_DATA_DIR", offline_data_dir)
   out = _run("study_throughput.py", "--configs",
              "configs/repro/mnist_vit.py:size=Ti,patch=4,runlocal;"
-             "configs/local/mnist_relu.py:runlocal", "--steps", "1", "--rounds", "1")
-  rows = _rows(out, "configs/")
+             "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 configs/local/mnist_relu.py:runlocal",
+             "--steps", "1", "--rounds", "1")
+  rows = [line for line in out.splitlines()
+          if line.startswith("| ") and "configs/" in line.split("|")[1]]
   assert len(rows) == 2
   cells = [[c.strip() for c in row.split("|")[1:-1]] for row in rows]
+  # Each config was timed in a process of its own, started with its own environment.
+  assert cells[1][0].startswith("GLIBC_TUNABLES=glibc.malloc.hugetlb=1 configs/local/")
   # The cadence of each config: runlocal runs 4 and 6 steps; every evaluator runs at the first
   # and last step, and mnist_relu's at their log_percent too: test every 2 steps (1, 2, 4, 6),
   # attention every step, fewshot every 3 (1, 3, 6).
   assert cells[0][2:4] == ["4", "fewshot x2, test x2"]
   assert cells[1][2:4] == ["6", "attention x6, fewshot x3, test x4"]
-  assert cells[0][7] == "1.00x [1.00, 1.00]" and cells[1][7].endswith("]")
+  assert cells[0][8] == "1.00x [1.00, 1.00]" and cells[1][8].endswith("]")
   assert all(float(c[4]) > 0 and float(c[5]) > 0 for c in cells)
+  # The input alone costs a part of a step (which draws its batch too), never nothing.
+  assert all(0 < float(c[6].rstrip("%")) < 100 for c in cells)
 
 
 # A sitecustomize.py that makes the packages the GPU machine lacks unimportable.

@@ -2,14 +2,18 @@
 pinned to cores, as the full study runs them), then the report of what it produced."""
 import fcntl
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 from conftest import ROOT
 
+from big_vision_relu import checkpoint
 from big_vision_relu.experiments import repro, run_status, study, tables
 from big_vision_relu.experiments import sweep as sweep_lib
 from big_vision_relu.models.attention import ACTIVATIONS
@@ -85,8 +89,13 @@ def test_a_two_run_study_trains_archives_reports_and_resumes(offline_data_dir, t
     assert study.status(root, archive, item.run) == "finished"
     assert (root / "runs" / item.run.run_id / "train.log").stat().st_size > 0
     # The archive keeps the results, not the checkpoints.
-    assert sorted(p.name for p in study.archived_dir(archive, item.run).iterdir()) == [
-        "config.json", "metrics.jsonl"]
+    archived = study.archived_dir(archive, item.run)
+    assert sorted(p.name for p in archived.iterdir()) == [
+        "config.json", study.LAUNCHES_FILE, "metrics.jsonl"]
+    # One start, from scratch, with the trainers' malloc tunables.
+    launches = [json.loads(line) for line in (archived / study.LAUNCHES_FILE).open()]
+    assert [(x["resumes_from_step"], x["GLIBC_TUNABLES"]) for x in launches] == [
+        (0, study.TRAINER_TUNABLES)]
   # The figure's sweep sees the archived runs through its links; the rest is missing.
   rows = {r.run_id: r for r in run_status.collect("configs/repro/fig1.py", str(archive),
                                                   repro.FIGURE)}
@@ -107,6 +116,49 @@ def test_a_two_run_study_trains_archives_reports_and_resumes(offline_data_dir, t
     refused = _study(root, archive, "--phases", "0", "--config_args", "runlocal",
                      data_dir=offline_data_dir)
   assert refused.returncode != 0 and "Another study holds" in refused.stderr
+
+
+def test_a_launch_record_says_where_the_trainer_resumes_and_keeps_earlier_tunables(tmp_path,
+                                                                                  monkeypatch):
+  monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0")
+  env = study.trainer_env(tmp_path, code=tmp_path / "code")
+  assert env["GLIBC_TUNABLES"] == f"glibc.malloc.tcache_count=0:{study.TRAINER_TUNABLES}"
+  assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "code")
+  study.record_launch(tmp_path, env)
+  for step in ("2", "10", "tmp-orbax"):  # checkpoint steps, and a directory that is not one
+    (tmp_path / "checkpoints" / step).mkdir(parents=True)
+  study.record_launch(tmp_path, env)
+  launches = [json.loads(line) for line in (tmp_path / study.LAUNCHES_FILE).open()]
+  assert [x["resumes_from_step"] for x in launches] == [0, 10]
+  assert all(x["GLIBC_TUNABLES"] == env["GLIBC_TUNABLES"] for x in launches)
+
+
+def test_the_trainers_tunables_change_their_speed_not_their_results(offline_data_dir, tmp_path):
+  """The study sets TRAINER_TUNABLES for its trainers mid-study (docs/benchmarks.md section 3):
+  legitimate only if a trainer computes the same bits with and without them."""
+  config = "configs/repro/mnist_vit.py:size=Ti,patch=4,runlocal"
+  plain = {**os.environ, "TFDS_DATA_DIR": offline_data_dir, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": ""}
+  plain.pop("GLIBC_TUNABLES", None)
+  tuned = {**plain, "GLIBC_TUNABLES": study.TRAINER_TUNABLES}
+  states, metrics = [], []
+  for name, env in (("plain", plain), ("tuned", tuned)):
+    workdir = tmp_path / name
+    done = subprocess.run([sys.executable, "-m", "big_vision_relu.train", "--config", config,
+                           "--workdir", str(workdir)], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = max(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+    states.append(checkpoint.read_state(workdir / "checkpoints" / str(last),
+                                        jax.sharding.SingleDeviceSharding(jax.devices()[0])))
+    speed = ("core_hours", "img/sec/core")  # what the tunables are for
+    metrics.append([{k: v for k, v in json.loads(line).items() if k not in speed}
+                    for line in (workdir / "metrics.jsonl").open()])
+  assert len(metrics[0]) > 1 and metrics[0] == metrics[1]
+  leaves = [jax.tree.leaves(state) for state in states]
+  assert len(leaves[0]) == len(leaves[1]) > 0
+  for a, b in zip(*leaves, strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_report_knows_the_size_of_mnist5k_train(offline_data_dir):

@@ -13,8 +13,10 @@ pinned to its own CPU core (on this 2-core machine two pinned runs do ~20% more 
 run on both cores, and a run's core hours are then its own CPU time).
 
 The archive (`--archive`; launch/repro.sh gives results/repro, committed to the repository):
-when a run is done the study copies its results, config.json, metrics.jsonl and DIVERGED if
-any, but no checkpoints, to `<archive>/runs/<run id>`, which is where
+when a run is done the study copies its results, config.json, metrics.jsonl, launches.jsonl
+(each start of its trainer: when, the step it resumed from, the speed-setting GLIBC_TUNABLES;
+runs and steps from before that file existed ran with glibc's defaults) and DIVERGED if any,
+but no checkpoints, to `<archive>/runs/<run id>`, which is where
 `big_vision_relu.experiments.report --root <archive>` looks (sweep.workdir), and links it from
 each of its sweeps' directories `<archive>/<sweep>/<run id>` for browsing. The study may take
 more sessions than a workdir lives: a run in the archive is never trained again, whatever became
@@ -52,7 +54,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from absl import app, flags, logging
@@ -67,6 +69,11 @@ PROVENANCE_FILE = "provenance.json"  # in each archived run
 # nor the script's directory on sys.path), not by module path from the trainer's tree: a pinned
 # worktree at an older commit has it elsewhere (big_vision_relu/pinned.py), or not at all.
 PINNED_LAUNCHER = (sys.executable, "-I", str(pathlib.Path(__file__).with_name("pinned.py")))
+# Set for every trainer. XLA:CPU maps its temp buffers afresh at each step; with 4 KiB pages the
+# faults cost ~28% of the Fashion-MNIST study's step, with transparent huge pages for malloc
+# (glibc >= 2.35) ~8%, and the results stay bit-identical (docs/benchmarks.md section 3).
+TRAINER_TUNABLES = "glibc.malloc.hugetlb=1"
+LAUNCHES_FILE = "launches.jsonl"  # in a run's workdir: one line per trainer start
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +131,7 @@ def run_dir(root: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
 
 DONE = ("finished", "diverged")
 # What the archive keeps of a run (the reports read these; checkpoints stay behind).
-ARCHIVED_FILES = ("config.json", "metrics.jsonl", run_status.DIVERGED_FILE)
+ARCHIVED_FILES = ("config.json", "metrics.jsonl", LAUNCHES_FILE, run_status.DIVERGED_FILE)
 
 
 def archived_dir(archive: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
@@ -151,6 +158,28 @@ def machine() -> dict[str, Any]:
   import jax  # pylint: disable=g-import-not-at-top  (the study itself needs no accelerator)
   return {"cpu": cpu, "cores": os.cpu_count(), "jax_backend": jax.default_backend(),
           "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__}
+
+
+def trainer_env(root: pathlib.Path, code: pathlib.Path | None) -> dict[str, str]:
+  """This process's environment plus what every trainer gets: TRAINER_TUNABLES, the study's
+  JAX compilation cache, and the pinned code `code` (if any) ahead of any installed copy."""
+  env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(root / "jax_cache")}
+  env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), TRAINER_TUNABLES]))
+  if code is not None:
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))
+  return env
+
+
+def record_launch(workdir: pathlib.Path, env: Mapping[str, str]) -> None:
+  """Appends to `workdir`/LAUNCHES_FILE when a trainer starts, the step it resumes from and the
+  environment that sets its speed (not its results), so each run's core hours can be read
+  for what they are."""
+  steps = [int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()]
+  line = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+          "resumes_from_step": max(steps, default=0),
+          "GLIBC_TUNABLES": env.get("GLIBC_TUNABLES", "")}
+  with open(workdir / LAUNCHES_FILE, "a") as f:
+    f.write(json.dumps(line) + "\n")
 
 
 def archive_run(root: pathlib.Path, archive: pathlib.Path, item: PlannedRun,
@@ -224,15 +253,13 @@ class Study:
   def _train(self, item: PlannedRun, core: int | None) -> None:
     workdir = run_dir(self.root, item.run)
     workdir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(self.root / "jax_cache")}
-    if self.code is not None:  # the pinned code, ahead of any installed copy of the package
-      env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.code),
-                                                         env.get("PYTHONPATH")]))
+    env = trainer_env(self.root, self.code)
     started = time.monotonic()
     with open(workdir / "train.log", "ab") as log:
       with self._lock:
         if self._stopping.is_set():
           return
+        record_launch(workdir, env)
         child = subprocess.Popen(self.command(item.run, core), stdout=log,
                                  stderr=subprocess.STDOUT, env=env, cwd=self.code)
         self._children.add(child)
