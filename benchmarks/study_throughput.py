@@ -4,14 +4,15 @@ r"""End-to-end training throughput per core of study runs, as a run pays it: inp
 
 For each config (`;`-separated `[NAME=VALUE ...] file.py:args`: environment variables, then the
 config; by default the MNIST-5k study's S/patch-2 runs and the Fashion-MNIST study's, each as
-its study's trainers run: the latter with the study's `TRAINER_TUNABLES`), the trainer's own pieces (`run.setup`: the jitted update step with the config's XLA
-options; its tf.data input pipeline; its evaluators) run in a worker process of its own, started
-with those variables (as a study starts its trainers: glibc reads GLIBC_TUNABLES only at a
-process's start), the configs taking turns round by round so that the machine's load hits them
-alike. A round times `--steps` training steps (next host batch, global batch, update) and
-one call of every evaluator, in CPU seconds of this process (`time.process_time`: core-seconds,
-as the trainer counts core hours on CPU), and then as many host batches drawn from the input
-pipeline alone, whose share of the training steps' CPU time is the input's. The run's cost is then
+its study's trainers run: the latter with `study.TRAINER_MALLOC` preloaded), the trainer's own
+pieces (`run.setup`: the jitted update step with the config's XLA options; its tf.data input
+pipeline; its evaluators) run in a worker process of its own, started with those variables (as
+a study starts its trainers: LD_PRELOAD and GLIBC_TUNABLES act only at a process's start), the
+configs taking turns round by round so that the machine's load hits them alike. A round times
+`--steps` training steps (next host batch, global batch, update) and one call of every
+evaluator, in CPU seconds of the worker (`time.process_time`: core-seconds, as the trainer
+counts core hours on CPU), and then as many host batches drawn from the input pipeline alone,
+whose share of the training steps' CPU time is the input's. The run's cost is then
 
     core-seconds per run = total_steps x (step) + sum over evaluators of (calls per run) x (call)
 
@@ -155,10 +156,10 @@ class Worker:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--configs", default="configs/repro/mnist_vit.py:size=S,patch=2;"
-                      f"GLIBC_TUNABLES={study.TRAINER_TUNABLES} configs/study/fmnist_vit.py:patch=2",
+                      f"LD_PRELOAD={study.TRAINER_MALLOC} configs/study/fmnist_vit.py:patch=2",
                       help="';'-separated [NAME=VALUE ...] file.py:args; the default: each "
-                      "study's config as its trainers run (the Fashion-MNIST study's with the "
-                      "study's malloc tunables)")
+                      "study's config as its trainers run (the Fashion-MNIST study's with its "
+                      "trainers' malloc)")
   parser.add_argument("--steps", type=int, default=10, help="training steps timed per round")
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one config's process

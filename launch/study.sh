@@ -46,6 +46,7 @@ case "${2:-start}" in
       echo "the study is already running as pid $(cat "$ROOT/study.lock") (log: $ROOT/study.log)"
       exit 0
     fi
+    bash launch/system_packages.sh libtcmalloc-minimal4  # the trainers' malloc (study.py)
     "$PY" -m big_vision_relu.data.prepare --datasets "$DATASETS"
     GATE=()
     if [ "$PLAN" = fmnist ]; then

@@ -81,14 +81,14 @@ def test_study_throughput_benchmark_charges_each_run_its_evaluators(offline_data
   monkeypatch.setenv("TFDS_DATA_DIR", offline_data_dir)
   out = _run("study_throughput.py", "--configs",
              "configs/repro/mnist_vit.py:size=Ti,patch=4,runlocal;"
-             "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 configs/local/mnist_relu.py:runlocal",
+             "LD_PRELOAD=libtcmalloc_minimal.so.4 configs/local/mnist_relu.py:runlocal",
              "--steps", "1", "--rounds", "1")
   rows = [line for line in out.splitlines()
           if line.startswith("| ") and "configs/" in line.split("|")[1]]
   assert len(rows) == 2
   cells = [[c.strip() for c in row.split("|")[1:-1]] for row in rows]
   # Each config was timed in a process of its own, started with its own environment.
-  assert cells[1][0].startswith("GLIBC_TUNABLES=glibc.malloc.hugetlb=1 configs/local/")
+  assert cells[1][0].startswith("LD_PRELOAD=libtcmalloc_minimal.so.4 configs/local/")
   # The cadence of each config: runlocal runs 4 and 6 steps; every evaluator runs at the first
   # and last step, and mnist_relu's at their log_percent too: test every 2 steps (1, 2, 4, 6),
   # attention every step, fewshot every 3 (1, 3, 6).

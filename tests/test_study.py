@@ -92,10 +92,10 @@ def test_a_two_run_study_trains_archives_reports_and_resumes(offline_data_dir, t
     archived = study.archived_dir(archive, item.run)
     assert sorted(p.name for p in archived.iterdir()) == [
         "config.json", study.LAUNCHES_FILE, "metrics.jsonl"]
-    # One start, from scratch, with the trainers' malloc tunables.
+    # One start, from scratch, with the trainers' malloc.
     launches = [json.loads(line) for line in (archived / study.LAUNCHES_FILE).open()]
-    assert [(x["resumes_from_step"], x["GLIBC_TUNABLES"]) for x in launches] == [
-        (0, study.TRAINER_TUNABLES)]
+    assert [(x["resumes_from_step"], x["LD_PRELOAD"]) for x in launches] == [
+        (0, study.TRAINER_MALLOC)]
   # The figure's sweep sees the archived runs through its links; the rest is missing.
   rows = {r.run_id: r for r in run_status.collect("configs/repro/fig1.py", str(archive),
                                                   repro.FIGURE)}
@@ -118,11 +118,12 @@ def test_a_two_run_study_trains_archives_reports_and_resumes(offline_data_dir, t
   assert refused.returncode != 0 and "Another study holds" in refused.stderr
 
 
-def test_a_launch_record_says_where_the_trainer_resumes_and_keeps_earlier_tunables(tmp_path,
-                                                                                  monkeypatch):
-  monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0")
+def test_a_launch_record_says_where_the_trainer_resumes_and_what_it_preloads(tmp_path,
+                                                                            monkeypatch):
+  monkeypatch.setenv("LD_PRELOAD", "libfaketime.so.1")
+  monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
   env = study.trainer_env(tmp_path, code=tmp_path / "code")
-  assert env["GLIBC_TUNABLES"] == f"glibc.malloc.tcache_count=0:{study.TRAINER_TUNABLES}"
+  assert env["LD_PRELOAD"] == f"{study.TRAINER_MALLOC} libfaketime.so.1"
   assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "code")
   study.record_launch(tmp_path, env)
   for step in ("2", "10", "tmp-orbax"):  # checkpoint steps, and a directory that is not one
@@ -130,28 +131,42 @@ def test_a_launch_record_says_where_the_trainer_resumes_and_keeps_earlier_tunabl
   study.record_launch(tmp_path, env)
   launches = [json.loads(line) for line in (tmp_path / study.LAUNCHES_FILE).open()]
   assert [x["resumes_from_step"] for x in launches] == [0, 10]
-  assert all(x["GLIBC_TUNABLES"] == env["GLIBC_TUNABLES"] for x in launches)
+  assert all((x["LD_PRELOAD"], x["GLIBC_TUNABLES"]) == (env["LD_PRELOAD"],
+                                                        "glibc.malloc.hugetlb=1")
+             for x in launches)
 
 
-def test_the_trainers_tunables_change_their_speed_not_their_results(offline_data_dir, tmp_path):
-  """The study sets TRAINER_TUNABLES for its trainers mid-study (docs/benchmarks.md section 3):
-  legitimate only if a trainer computes the same bits with and without them."""
+def test_a_study_without_its_trainers_malloc_refuses_to_start(tmp_path, monkeypatch):
+  monkeypatch.setattr(study.ctypes.util, "find_library", lambda name: None)
+  with pytest.raises(SystemExit, match=f"apt-get install {study.TRAINER_MALLOC_PACKAGE}"):
+    study.Study(tmp_path, tmp_path / "archive", [], workers=1, extra_config_args="",
+                niceness=0)
+
+
+@pytest.mark.parametrize("speed_env", [{"LD_PRELOAD": study.TRAINER_MALLOC},
+                                       {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}])
+def test_the_trainers_malloc_changes_their_speed_not_their_results(offline_data_dir, tmp_path,
+                                                                    speed_env):
+  """The study's trainers changed allocator mid-study (glibc's, glibc's with huge pages,
+  tcmalloc; docs/benchmarks.md section 3): legitimate only if a trainer computes the same bits
+  with each."""
   config = "configs/repro/mnist_vit.py:size=Ti,patch=4,runlocal"
   plain = {**os.environ, "TFDS_DATA_DIR": offline_data_dir, "JAX_PLATFORMS": "cpu",
            "XLA_FLAGS": ""}
-  plain.pop("GLIBC_TUNABLES", None)
-  tuned = {**plain, "GLIBC_TUNABLES": study.TRAINER_TUNABLES}
+  for name in study.SPEED_ENV:
+    plain.pop(name, None)
   states, metrics = [], []
-  for name, env in (("plain", plain), ("tuned", tuned)):
+  for name, env in (("plain", plain), ("fast", {**plain, **speed_env})):
     workdir = tmp_path / name
     done = subprocess.run([sys.executable, "-m", "big_vision_relu.train", "--config", config,
                            "--workdir", str(workdir)], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "cannot be preloaded" not in done.stderr  # the loader's warning for a missing library
     last = max(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
     states.append(checkpoint.read_state(workdir / "checkpoints" / str(last),
                                         jax.sharding.SingleDeviceSharding(jax.devices()[0])))
-    speed = ("core_hours", "img/sec/core")  # what the tunables are for
+    speed = ("core_hours", "img/sec/core")  # what the allocator is for
     metrics.append([{k: v for k, v in json.loads(line).items() if k not in speed}
                     for line in (workdir / "metrics.jsonl").open()])
   assert len(metrics[0]) > 1 and metrics[0] == metrics[1]

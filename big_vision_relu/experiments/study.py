@@ -14,9 +14,9 @@ run on both cores, and a run's core hours are then its own CPU time).
 
 The archive (`--archive`; launch/repro.sh gives results/repro, committed to the repository):
 when a run is done the study copies its results, config.json, metrics.jsonl, launches.jsonl
-(each start of its trainer: when, the step it resumed from, the speed-setting GLIBC_TUNABLES;
-runs and steps from before that file existed ran with glibc's defaults) and DIVERGED if any,
-but no checkpoints, to `<archive>/runs/<run id>`, which is where
+(each start of its trainer: when, the step it resumed from, the speed-setting LD_PRELOAD and
+GLIBC_TUNABLES; runs and steps from before that file existed ran with glibc's malloc) and
+DIVERGED if any, but no checkpoints, to `<archive>/runs/<run id>`, which is where
 `big_vision_relu.experiments.report --root <archive>` looks (sweep.workdir), and links it from
 each of its sweeps' directories `<archive>/<sweep>/<run id>` for browsing. The study may take
 more sessions than a workdir lives: a run in the archive is never trained again, whatever became
@@ -42,6 +42,7 @@ start of the study (its log: `<root>/runs/<run id>/train.log`).
 """
 from __future__ import annotations
 
+import ctypes.util
 import dataclasses
 import fcntl
 import json
@@ -69,10 +70,13 @@ PROVENANCE_FILE = "provenance.json"  # in each archived run
 # nor the script's directory on sys.path), not by module path from the trainer's tree: a pinned
 # worktree at an older commit has it elsewhere (big_vision_relu/pinned.py), or not at all.
 PINNED_LAUNCHER = (sys.executable, "-I", str(pathlib.Path(__file__).with_name("pinned.py")))
-# Set for every trainer. XLA:CPU maps its temp buffers afresh at each step; with 4 KiB pages the
-# faults cost ~28% of the Fashion-MNIST study's step, with transparent huge pages for malloc
-# (glibc >= 2.35) ~8%, and the results stay bit-identical (docs/benchmarks.md section 3).
-TRAINER_TUNABLES = "glibc.malloc.hugetlb=1"
+# Every trainer runs with tcmalloc preloaded. XLA:CPU allocates its temp buffers afresh at each
+# step; glibc's malloc maps them from the kernel every time, and the page faults cost ~25% of
+# the Fashion-MNIST study's step; tcmalloc keeps the memory. Speed only: the results are
+# bit-identical (docs/benchmarks.md section 3; tests/test_study.py).
+TRAINER_MALLOC = "libtcmalloc_minimal.so.4"
+TRAINER_MALLOC_PACKAGE = "libtcmalloc-minimal4"  # Debian's
+SPEED_ENV = ("LD_PRELOAD", "GLIBC_TUNABLES")  # recorded at each start of a trainer
 LAUNCHES_FILE = "launches.jsonl"  # in a run's workdir: one line per trainer start
 
 
@@ -160,11 +164,21 @@ def machine() -> dict[str, Any]:
           "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__}
 
 
+def check_trainer_malloc() -> None:
+  """Raises SystemExit, saying how to install it, unless TRAINER_MALLOC is on this machine (if
+  not, the dynamic loader would only warn, and the trainers run ~1.3x slower)."""
+  if ctypes.util.find_library("tcmalloc_minimal") != TRAINER_MALLOC:
+    raise SystemExit(f"The study's trainers run with {TRAINER_MALLOC} preloaded (1.3x faster "
+                     "steps, identical results; docs/benchmarks.md section 3), which this "
+                     f"machine lacks. Fix: apt-get install {TRAINER_MALLOC_PACKAGE}")
+
+
 def trainer_env(root: pathlib.Path, code: pathlib.Path | None) -> dict[str, str]:
-  """This process's environment plus what every trainer gets: TRAINER_TUNABLES, the study's
-  JAX compilation cache, and the pinned code `code` (if any) ahead of any installed copy."""
+  """This process's environment plus what every trainer gets: TRAINER_MALLOC preloaded, the
+  study's JAX compilation cache, and the pinned code `code` (if any) ahead of any installed
+  copy."""
   env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(root / "jax_cache")}
-  env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), TRAINER_TUNABLES]))
+  env["LD_PRELOAD"] = " ".join(filter(None, [TRAINER_MALLOC, env.get("LD_PRELOAD")]))
   if code is not None:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))
   return env
@@ -177,7 +191,7 @@ def record_launch(workdir: pathlib.Path, env: Mapping[str, str]) -> None:
   steps = [int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()]
   line = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
           "resumes_from_step": max(steps, default=0),
-          "GLIBC_TUNABLES": env.get("GLIBC_TUNABLES", "")}
+          **{name: env.get(name, "") for name in SPEED_ENV}}
   with open(workdir / LAUNCHES_FILE, "a") as f:
     f.write(json.dumps(line) + "\n")
 
@@ -225,6 +239,7 @@ class Study:
   def __init__(self, root: pathlib.Path, archive: pathlib.Path, planned: Sequence[PlannedRun],
                *, workers: int, extra_config_args: str, niceness: int,
                code: pathlib.Path | None = None, commit: str | None = None):
+    check_trainer_malloc()
     self.root, self.archive, self.planned, self.workers = root, archive, planned, workers
     self.extra_config_args, self.niceness = extra_config_args, niceness
     self.code = code  # the pinned worktree the trainers run from (None: this checkout)
