@@ -87,7 +87,16 @@ def _archive_run(archive, run, curve, transfer):
   (directory / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
 
 
-def test_verdicts_on_a_synthetic_archive(tmp_path):
+def _set_recipe_lr(monkeypatch, lr):
+  """What setting fmnist.LR = lr in the source does (GRID reads it at import), in-process."""
+  monkeypatch.setattr(fmnist, "LR", lr)
+  monkeypatch.setattr(fmnist, "GRID", sweep_lib.Grid(
+      fmnist.CONFIG, {**fmnist.GRID.defaults, "lr": lr}, fmnist.GRID.implicit))
+
+
+def test_verdicts_on_a_synthetic_archive(tmp_path, monkeypatch):
+  # Phase A at the config's own lr: its seed-0 runs are also the 20-epoch calibration pair.
+  _set_recipe_lr(monkeypatch, fmnist.BASE_LR)
   archive = tmp_path / "archive"
   total = 9376
   steps = [1172 * k for k in range(1, 8)] + [total]
@@ -121,10 +130,11 @@ def _calibration_archive(archive, softmax_20_epochs, other_lr=None):
   """The calibration runs: 10-epoch softmax 0.900 (flat last quarter), relu 0.880; 20 epochs:
   relu 0.885 and softmax `softmax_20_epochs`; with `other_lr` = (softmax accuracy, its last
   quarter's gain), the pair at 20 epochs and lr 2e-3 (relu 0.89)."""
-  runs = [(fmnist.run(attention="softmax", epochs=10), 0.900, 1, 0.0),
-          (fmnist.run(attention="relu", epochs=10), 0.880, 1, 0.0),
-          (fmnist.run(attention="relu", epochs=20), 0.885, 2, 0.0),
-          (fmnist.run(attention="softmax", epochs=20), softmax_20_epochs, 2, 0.0)]
+  base = fmnist.BASE_LR
+  runs = [(fmnist.run(attention="softmax", epochs=10, lr=base), 0.900, 1, 0.0),
+          (fmnist.run(attention="relu", epochs=10, lr=base), 0.880, 1, 0.0),
+          (fmnist.run(attention="relu", epochs=20, lr=base), 0.885, 2, 0.0),
+          (fmnist.run(attention="softmax", epochs=20, lr=base), softmax_20_epochs, 2, 0.0)]
   if other_lr:
     runs += [(fmnist.run(attention="softmax", epochs=20, lr=2e-3), *other_lr[:1], 2, other_lr[1]),
              (fmnist.run(attention="relu", epochs=20, lr=2e-3), 0.89, 2, 0.0)]
@@ -149,11 +159,15 @@ def test_the_calibration_gate(tmp_path, softmax_20_epochs, accepted):
   archive = tmp_path / "archive"
   _calibration_archive(archive, softmax_20_epochs)
   rules = fmnist_report.calibration(fmnist_report.load_results(archive))
-  assert (rules.a, rules.b, rules.c, rules.accepted) == (True, True, accepted, accepted)
+  assert (rules.a, rules.b, rules.c) == (True, True, accepted)
   assert rules.choice == ((20, fmnist.BASE_LR) if accepted else None)
+  # The gate opens only when the choice is the study's recipe (once D2 set fmnist.LR to
+  # 2e-3, D1's choice here is not).
+  gate_open = rules.choice == (fmnist.EPOCHS, fmnist.LR)
+  assert rules.accepted == gate_open
   result = _check_calibration(archive)
-  assert result.returncode == (0 if accepted else fmnist_report.NOT_ACCEPTED_EXIT_CODE)
-  assert ("- accepted: yes" in result.stdout) == accepted, result.stdout + result.stderr
+  assert result.returncode == (0 if gate_open else fmnist_report.NOT_ACCEPTED_EXIT_CODE)
+  assert ("- accepted: yes" in result.stdout) == gate_open, result.stdout + result.stderr
   assert accepted or "D2: waiting for the pair at 20 epochs, lr 0.002" in result.stdout
 
 
@@ -175,10 +189,7 @@ def test_rule_d2_picks_the_20_epoch_lr(tmp_path, monkeypatch, other_lr, chosen):
     result = _check_calibration(archive)
     assert result.returncode == fmnist_report.NOT_ACCEPTED_EXIT_CODE
     assert f"the rules choose 20 epochs, lr {chosen:g}" in result.stdout
-  # What setting fmnist.LR = chosen in the source does (GRID reads it at import).
-  monkeypatch.setattr(fmnist, "LR", chosen)
-  monkeypatch.setattr(fmnist, "GRID", sweep_lib.Grid(
-      fmnist.CONFIG, {**fmnist.GRID.defaults, "lr": chosen}, fmnist.GRID.implicit))
+  _set_recipe_lr(monkeypatch, chosen)
   results = fmnist_report.load_results(archive)
   assert fmnist_report.calibration(results).accepted
   assert "- accepted: yes" in fmnist_report.calibration_lines(results)
