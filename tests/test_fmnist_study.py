@@ -1,6 +1,7 @@
 """The Fashion-MNIST study: its plan, the decision rules on a synthetic archive, and a pinned
 one-run study trained from a git worktree (real trainer, real checkpoints)."""
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 import tensorflow_datasets as tfds
 from conftest import ROOT
 
+from big_vision_relu import config as config_lib
 from big_vision_relu.data import datasets, fashion_mnist
 from big_vision_relu.experiments import fmnist, fmnist_report, study
 from big_vision_relu.experiments import sweep as sweep_lib
@@ -77,6 +79,27 @@ def test_the_decision_rule(deltas, expected):
   assert fmnist_report.verdict(None) == "not yet measured"
 
 
+def _eval_steps(total_steps):
+  """The test evaluator's steps in a run of `total_steps`, as the trainer schedules them
+  (`log_percent=0.125`: every ceil(T / 8) steps, and at the end)."""
+  every = config_lib.get_steps({"log_percent": 0.125}, "log", total_steps=total_steps,
+                               steps_per_epoch=None, batch_size=128)
+  return [*range(every, total_steps, every), total_steps]
+
+
+def test_the_75_percent_point_is_the_evaluation_there():
+  """Rule (b) compares the end with the evaluation at 75% of the run: in a 20-epoch run
+  (9,375 steps) that is step 7,032, a step after 0.75 T; the one before is at 62.5%."""
+  steps = _eval_steps(9375)
+  assert steps == [1172, 2344, 3516, 4688, 5860, 7032, 8204, 9375]
+  curve = {s: i / 100 for i, s in enumerate(steps)}
+  result = fmnist_report.RunResult(fmnist.run(), "finished", curve, 9375, None, None, {})
+  assert result.accuracy_at(0.75) == curve[7032]
+  assert result.accuracy_at(1.0) == result.accuracy == curve[9375]
+  ten_epochs = _eval_steps(4688)
+  assert ten_epochs[5] == 3516 == 0.75 * 4688
+
+
 def _archive_run(archive, run, curve, transfer):
   directory = study.archived_dir(archive, run)
   directory.mkdir(parents=True)
@@ -98,8 +121,8 @@ def test_verdicts_on_a_synthetic_archive(tmp_path, monkeypatch):
   # Phase A at the config's own lr: its seed-0 runs are also the 20-epoch calibration pair.
   _set_recipe_lr(monkeypatch, fmnist.BASE_LR)
   archive = tmp_path / "archive"
-  total = 9376
-  steps = [1172 * k for k in range(1, 8)] + [total]
+  total = 9375
+  steps = _eval_steps(total)
   for seed, (softmax, relu) in enumerate([(0.900, 0.860), (0.905, 0.850), (0.895, 0.858)]):
     for run, final in ((fmnist.run(attention="softmax", seed=seed), softmax),
                        (fmnist.run(attention="relu", seed=seed), relu)):
@@ -139,7 +162,7 @@ def _calibration_archive(archive, softmax_20_epochs, other_lr=None):
     runs += [(fmnist.run(attention="softmax", epochs=20, lr=2e-3), *other_lr[:1], 2, other_lr[1]),
              (fmnist.run(attention="relu", epochs=20, lr=2e-3), 0.89, 2, 0.0)]
   for run, final, length, late_gain in runs:
-    steps = [586 * length * k for k in range(1, 9)]  # 8 evaluations, the last at the end
+    steps = _eval_steps(math.ceil(10 * length * 60000 / 128))  # 4,688 or 9,375 steps
     curve = {s: final - 0.05 * (s <= steps[3]) - late_gain * (s < steps[-1]) for s in steps}
     _archive_run(archive, run, curve, transfer=0.5)
 

@@ -55,11 +55,13 @@ class RunResult:
     return self.curve[max(self.curve)] if self.status == "finished" and self.curve else None
 
   def accuracy_at(self, fraction: float) -> float | None:
-    """Test accuracy at the last evaluation at or before `fraction` of the run."""
-    if self.total_steps is None:
+    """Test accuracy at the evaluation nearest to `fraction` of the run (the earlier on a tie).
+    Nearest, not "at or before": a `log_percent` schedule evaluates every ceil(p T) steps, so
+    its 75% evaluation of a 9,375-step run is at step 7,032, just after 0.75 T = 7,031.25."""
+    if self.total_steps is None or not self.curve:
       return None
-    steps = [s for s in self.curve if s <= fraction * self.total_steps + 1e-9]
-    return self.curve[max(steps)] if steps else None
+    target = fraction * self.total_steps
+    return self.curve[min(self.curve, key=lambda s: (abs(s - target), s))]
 
 
 def load_run(archive: pathlib.Path, run: sweep_lib.Run) -> RunResult:
