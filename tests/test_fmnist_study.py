@@ -207,6 +207,7 @@ def test_rule_d2_picks_the_20_epoch_lr(tmp_path, monkeypatch, other_lr, chosen):
   _calibration_archive(archive, 0.915, other_lr)  # (c) fails: 1.5 points from 10 to 20 epochs
   rules = fmnist_report.calibration(fmnist_report.load_results(archive))
   assert rules.choice == (20, chosen)
+  assert rules.reason.endswith("its softmax meets (a) and its last quarter meets (b)")
   assert rules.accepted == (chosen == fmnist.LR)
   if chosen != fmnist.LR:
     result = _check_calibration(archive)

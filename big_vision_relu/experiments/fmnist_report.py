@@ -235,7 +235,8 @@ def calibration(results: Sequence[RunResult]) -> Calibration:
               f"whose last quarter {'meets' if converged(higher) else 'does NOT meet'} (b)")
   if choice is not None:
     meets = accuracy[choice, "softmax"] >= SOFTMAX_MIN_ACCURACY
-    reason += f"; its softmax {'meets' if meets else 'does NOT meet'} (a)"
+    reason += (f"; its softmax {'meets' if meets else 'does NOT meet'} (a) and its last quarter "
+               f"{'meets' if converged(choice) else 'does NOT meet'} (b)")
   return Calibration(a=a, b=b, c=c, choice=choice, reason=reason, rows=tuple(rows))
 
 
