@@ -184,8 +184,8 @@ def test_the_calibration_gate(tmp_path, softmax_20_epochs, accepted):
   rules = fmnist_report.calibration(fmnist_report.load_results(archive))
   assert (rules.a, rules.b, rules.c) == (True, True, accepted)
   assert rules.choice == ((20, fmnist.BASE_LR) if accepted else None)
-  # The gate opens only when the choice is the study's recipe (once D2 set fmnist.LR to
-  # 2e-3, D1's choice here is not).
+  # The gate opens only when the choice is the study's recipe (with fmnist.LR = 2e-3, D1's
+  # choice here would not be).
   gate_open = rules.choice == (fmnist.EPOCHS, fmnist.LR)
   assert rules.accepted == gate_open
   result = _check_calibration(archive)
