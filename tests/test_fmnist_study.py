@@ -38,6 +38,9 @@ def test_plan_trains_every_run_once_phase_a_and_calibration_first():
   assert {p.run.run_id for p in planned[:13]} == phase_a | {r.run_id for r in
                                                              fmnist.calibration()}
   assert planned[13].run == fmnist.run(attention="relu", seed=fmnist.HELD_OUT_SEED)
+  # Phase D (Figure 1, L = 49) comes right after phase A and the held-out seed, before B and C.
+  fig1 = {r.run_id for r in sweep_lib.load_sweep("configs/study/fig1.py")}
+  assert {p.run.run_id for p in planned[14:14 + len(fig1)]} == fig1
   # Figure 3's qk-LN-on and Figure 4's ungated runs are Figure 2's: one run, several sweeps.
   shared = next(p for p in planned if p.run == fmnist.run(attention="relu2", alpha=1.5))
   assert set(shared.sweeps) == {"configs/study/fig2.py", "configs/study/fig3.py",

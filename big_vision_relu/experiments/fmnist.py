@@ -65,11 +65,13 @@ PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("configs/study/calibration.py", {}),
     ("configs/study/fig2.py", {"attention": ("softmax", "relu"), "alpha": (0.0, 1.0)}),
     ("configs/study/held_out.py", {}),
+    # D (Figure 1, the paper's headline; ~5x cheaper per image at L = 49) before B and C, as
+    # docs/reproduction.md 1.4 planned once the calibration had doubled every run's cost.
+    ("configs/study/fig1.py", {}),
     ("configs/study/fig2.py", {"attention": ("relu", "relu2"), "seed": 0}),
     ("configs/study/fig2.py", {}),
     ("configs/study/fig3.py", {}),
     ("configs/study/fig4.py", {}),
-    ("configs/study/fig1.py", {}),
 )
 # The recipe's calibration (phase 0's runs at the recipe, phase 1's at the other points): until
 # its rules (docs/reproduction.md 1.2) accept the recipe, launch/study.sh runs only these.
