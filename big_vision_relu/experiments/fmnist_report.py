@@ -1,5 +1,6 @@
 r"""The Fashion-MNIST study's verdicts: every result beside its baselines, the recipe's
-convergence, and the claims judged by the decision rules of docs/reproduction.md (1.2).
+convergence, and the claims judged by the decision rules of docs/reproduction.md (1.2), which
+`experiments.decision_rules` states on numbers alone.
 
     python -m big_vision_relu.experiments.fmnist_report --archive results/fmnist --out docs/fmnist
     bash launch/study.sh fmnist report      # this and the four figures' tables
@@ -24,6 +25,7 @@ import numpy as np
 from absl import app, flags
 
 from big_vision_relu import metrics as metrics_lib
+from big_vision_relu.experiments import decision_rules as rules_lib
 from big_vision_relu.experiments import fmnist, run_status, study
 from big_vision_relu.experiments import sweep as sweep_lib
 
@@ -32,7 +34,6 @@ from matplotlib import pyplot as plt  # noqa: E402  (after choosing the headless
 
 ACCURACY = "test/prec@1"
 TRANSFER = "fewshot/10shot_avg"
-MARGIN = 0.01  # m: one point of accuracy (docs/reproduction.md, 1.2)
 LAST_QUARTER_MAX_GAIN = 0.005  # recipe rule (b)
 DOUBLE_LENGTH_MAX_GAIN = 0.01  # recipe rule (c)
 SOFTMAX_MIN_ACCURACY = 0.89  # recipe rule (a)
@@ -77,35 +78,6 @@ def load_run(archive: pathlib.Path, run: sweep_lib.Run) -> RunResult:
   provenance = json.loads(provenance_file.read_text()) if provenance_file.exists() else {}
   return RunResult(run, row.status, curve, row.total_steps, values.get(TRANSFER),
                    values.get("core_hours"), provenance)
-
-
-@dataclasses.dataclass(frozen=True)
-class Paired:
-  """Mean and standard error of per-seed differences a_s - b_s over the seeds both have."""
-  delta: float
-  se: float
-  seeds: tuple[int, ...]
-
-
-def paired(a: Mapping[int, float], b: Mapping[int, float]) -> Paired | None:
-  """The paired comparison of two arms by seed (None with fewer than 2 common seeds: a single
-  difference has no standard error)."""
-  seeds = tuple(sorted(set(a) & set(b)))
-  if len(seeds) < 2:
-    return None
-  d = np.array([a[s] - b[s] for s in seeds])
-  return Paired(float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d))), seeds)
-
-
-def verdict(comparison: Paired | None, margin: float = MARGIN) -> str:
-  """The rule of 1.2: holds if delta - 2 SE > -m, does not hold if delta + 2 SE < -m."""
-  if comparison is None:
-    return "not yet measured"
-  if comparison.delta - 2 * comparison.se > -margin:
-    return "holds"
-  if comparison.delta + 2 * comparison.se < -margin:
-    return "does not hold"
-  return "inconclusive"
 
 
 def _by_seed(results: Sequence[RunResult], **args: Any) -> dict[int, float]:
@@ -272,25 +244,117 @@ def calibration_lines(results: Sequence[RunResult]) -> list[str]:
       ""]
 
 
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """A claim of the paper as docs/reproduction.md 1.2 judges it: Delta = arm `a` (the one the
+  paper favours) - arm `b`, each given by its run arguments but the seed (`fmnist.run`'s
+  defaults for the rest), by `rule`: "paired" over seeds, or seed 0 alone against phase A's
+  seed noise, "favours" (a better than b) or "little_effect" (a and b differ little)."""
+  text: str
+  a: dict[str, Any]
+  b: dict[str, Any]
+  rule: str = "paired"
+
+
+PHASE_A_ARMS = (dict(attention="softmax"), dict(attention="relu", alpha=1.0),
+                dict(attention="relu", alpha=0.0))
 CLAIMS = (
-    ("relu/L approaches or matches softmax (L = 196)", dict(attention="relu", alpha=1.0),
-     dict(attention="softmax")),
-    ("alpha 1 at least as good as alpha 0 (relu, L = 196)", dict(attention="relu", alpha=1.0),
-     dict(attention="relu", alpha=0.0)),
-    ("alpha 1 at least as good as alpha 0 (relu2, L = 196)", dict(attention="relu2", alpha=1.0),
-     dict(attention="relu2", alpha=0.0)),
+    Claim("relu/L approaches or matches softmax (Fig. 1, Ti, L = 196)",
+          dict(attention="relu", alpha=1.0), dict(attention="softmax")),
+    *(Claim(f"relu/L approaches or matches softmax (Fig. 1, {size}, L = 49)",
+            dict(size=size, patch=4, attention="relu", alpha=1.0),
+            dict(size=size, patch=4, attention="softmax")) for size in fmnist.SIZES),
+    *(Claim(f"alpha 1 at least as good as alpha 0 (Fig. 2, {attention})",
+            dict(attention=attention, alpha=1.0), dict(attention=attention, alpha=0.0))
+      for attention in ("relu", "relu2")),
+    Claim("removing the activation hurts (Fig. 2)", dict(attention="relu", alpha=1.0),
+          dict(attention="identity", alpha=1.0), "favours"),
+    *(Claim(f"qk-LayerNorm has little effect (Fig. 3, {attention}, alpha {alpha:g})",
+            dict(attention=attention, alpha=alpha, qk_norm=True),
+            dict(attention=attention, alpha=alpha, qk_norm=False), "little_effect")
+      for attention in ("relu", "relu2") for alpha in fmnist.ABLATION_ALPHAS),
+    *(Claim(f"the gate does not remove the need for L scaling (Fig. 4, {attention})",
+            dict(attention=attention, alpha=1.0, gated=True),
+            dict(attention=attention, alpha=0.0, gated=True), "favours")
+      for attention in ("relu", "relu2")),
 )
 
 
-def claims_table(results: Sequence[RunResult]) -> list[str]:
-  rows = []
-  for claim, a, b in CLAIMS:
-    comparison = paired(_by_seed(results, **a), _by_seed(results, **b))
-    rows.append((claim, "-" if comparison is None else f"{100 * comparison.delta:+.2f}",
-                 "-" if comparison is None else f"{100 * comparison.se:.2f}",
-                 "-" if comparison is None else ", ".join(map(str, comparison.seeds)),
-                 verdict(comparison)))
-  return _table(("claim", "Delta (points)", "SE", "seeds", "verdict (m = 1 point, 2 SE)"), rows)
+def _arm(args: Mapping[str, Any]) -> str:
+  """A short name of an arm, e.g. "relu2 a1 gated", "softmax S L=49" (size and L only where
+  they are not the main setting's)."""
+  main, args = fmnist.run().args, fmnist.run(**args).args
+  name = args["attention"] + ("" if args["attention"] == "softmax" else f" a{args['alpha']:g}")
+  name += "" if args["qk_norm"] else " no-qk-LN"
+  name += " gated" if args["gated"] else ""
+  if (args["size"], args["patch"]) != (main["size"], main["patch"]):
+    name += f" {args['size']} L={(28 // args['patch']) ** 2}"
+  return name
+
+
+def phase_a_sigma(results: Sequence[RunResult]) -> float | None:
+  """sigma of 1.2: the seed sd pooled over phase A's three arms (None until all have seeds
+  0-2; the held-out seed is not one of them)."""
+  arms = [{s: a for s, a in _by_seed(results, **arm).items() if s in fmnist.SEEDS}
+          for arm in PHASE_A_ARMS]
+  if any(len(arm) < len(fmnist.SEEDS) for arm in arms):
+    return None
+  return rules_lib.pooled_sd(arms)
+
+
+def _judge(claim: Claim, results: Sequence[RunResult],
+           baselines: Mapping[int, Mapping[str, float]], noise: float | None) -> tuple[str, ...]:
+  """(Delta, SE or noise, seeds, verdict, seeds to decide) of one claim, as table cells."""
+  a, b = _by_seed(results, **claim.a), _by_seed(results, **claim.b)
+  if claim.rule == "paired":
+    comparison = rules_lib.paired(a, b)
+    if comparison is None:
+      return ("-", "-", "-", rules_lib.NOT_YET, "-")
+    delta, spread, seeds = comparison.delta, f"{100 * comparison.se:.2f} (SE)", comparison.seeds
+  else:
+    if 0 not in a or 0 not in b or noise is None:
+      return ("-", "-", "-", rules_lib.NOT_YET, "-")
+    delta, spread, seeds = a[0] - b[0], f"{100 * noise:.2f} (noise)", (0,)
+  cells = (f"{100 * delta:+.2f}", spread, ", ".join(map(str, seeds)))
+  base = baselines.get(fmnist.run(**claim.a).args["patch"], {})
+  if "test/pixel_1nn" not in base or "test/pixel_ridge" not in base:
+    return (*cells, f"{rules_lib.NOT_YET} (no pixel baselines)", "-")
+  below = [_arm(args) for args, arm in ((claim.a, a), (claim.b, b))
+           if not rules_lib.measures_something(list(arm.values()), base["test/pixel_1nn"],
+                                               base["test/pixel_ridge"])]
+  if below:
+    return (*cells, f"not measured ({' and '.join(below)}: a run at or below a pixel "
+            "baseline)", "-")
+  if claim.rule == "paired":
+    verdict = rules_lib.verdict(comparison)
+    needed = (rules_lib.seeds_to_decide(comparison)
+              if verdict == rules_lib.INCONCLUSIVE else None)
+    return (*cells, verdict, "-" if needed is None else str(needed))
+  judge = rules_lib.favours if claim.rule == "favours" else rules_lib.little_effect
+  return (*cells, judge(delta, noise), "-")
+
+
+def claims_table(results: Sequence[RunResult],
+                 baselines: Mapping[int, Mapping[str, float]]) -> list[str]:
+  """Every claim of 1.2 with its verdict, and how the single-seed ones are judged."""
+  sigma = phase_a_sigma(results)
+  noise = None if sigma is None else rules_lib.single_seed_noise(sigma)
+  rows = [(c.text, f"{_arm(c.a)} - {_arm(c.b)}", *_judge(c, results, baselines, noise))
+          for c in CLAIMS]
+  margin = 100 * rules_lib.MARGIN
+  return [
+      *_table(("claim", "Delta = A - B", "Delta (points)", "+-", "seeds", "verdict",
+               "seeds to decide"), rows),
+      f"- Paired rows (several seeds): mean Delta over seeds against m = {margin:g} point with "
+      "2 SE; with 3 seeds 2 SE is lenient (t with 2 degrees of freedom puts 95% at 4.3 SE). "
+      "Seeds to decide: how many seeds an inconclusive row would need if its mean and per-seed "
+      "sd stayed as measured.",
+      "- Single-seed rows (seed 0): against the noise of one difference, 2 sqrt(2) sigma, sigma "
+      "the seed sd pooled over phase A's three arms: "
+      + ("phase A is not finished yet." if sigma is None else
+         f"sigma = {100 * sigma:.2f} points, noise = {100 * noise:.2f} points."),
+      "- A verdict is 'not measured' when an arm has a run that does not beat both raw-pixel "
+      "baselines (1-NN and ridge), whatever Delta says.", ""]
 
 
 def held_out_lines(results: Sequence[RunResult]) -> list[str]:
@@ -301,7 +365,7 @@ def held_out_lines(results: Sequence[RunResult]) -> list[str]:
   if held is None or len(seeds) < len(fmnist.SEEDS):
     return ["Held-out seed (relu/L, seed 3): not yet measured.", ""]
   mean, sd = float(np.mean(seeds)), float(np.std(seeds, ddof=1))
-  inside = abs(held - mean) <= 2 * sd
+  inside = rules_lib.inside_seed_spread(held, seeds)
   return [f"Held-out seed (relu/L, seed {fmnist.HELD_OUT_SEED}): {_pct(held)}% against seeds "
           f"0-2's {_pct(mean)} +- {100 * sd:.1f} (2 sd: {_pct(mean - 2 * sd)} to "
           f"{_pct(mean + 2 * sd)}): **{'inside' if inside else 'OUTSIDE'}** the seed spread.", ""]
@@ -352,8 +416,8 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
            "Generated by `python -m big_vision_relu.experiments.fmnist_report` from the archive; "
            "the rules are docs/reproduction.md's 1.2.", "", "## Baselines", "",
            *baselines_table(baselines), "## Recipe calibration", "",
-           *calibration_lines(results), "## Claims (paired over seeds)", "",
-           *claims_table(results), *held_out_lines(results),
+           *calibration_lines(results), "## Claims", "",
+           *claims_table(results, baselines), *held_out_lines(results),
            "## Every finished run beside its baselines", "",
            *runs_table(results, baselines)]
   out.mkdir(parents=True, exist_ok=True)
