@@ -126,6 +126,8 @@ def test_verdicts_on_a_synthetic_archive(tmp_path, monkeypatch):
   # (0.855): the arm measures nothing (1.2, Baselines).
   assert fig1.startswith("relu a1 - softmax | -4.40 | ")
   assert "| not measured (relu a1: a run at or below a pixel baseline) |" in fig1.splitlines()[0]
+  # Transfer by arm (1.2): 0.50 beats the random network (0.30), not raw pixels (0.78).
+  assert "| relu a1 | 3 | 50.0 | **no** | yes | **no** |" in text
   assert "- (a) softmax >= 89% at 20 epochs, lr 0.001: met" in text
   assert "- (b) softmax's last quarter adds < 0.5 points at 20 epochs, lr 0.001: met" in text
   assert "- (c) 20 epochs gain < 1 point over 10 for softmax and relu/L: not yet measured" in text

@@ -357,6 +357,30 @@ def claims_table(results: Sequence[RunResult],
       "baselines (1-NN and ridge), whatever Delta says.", ""]
 
 
+def transfer_table(results: Sequence[RunResult],
+                   baselines: Mapping[int, Mapping[str, float]]) -> list[str]:
+  """Each arm's seed-mean 10-shot transfer (runs at the recipe); by 1.2 it counts only if it
+  beats both raw pixels and the randomly initialised network through the same probe."""
+  arms: dict[tuple[tuple[str, Any], ...], list[float]] = {}
+  for r in results:
+    args = r.run.args
+    if r.transfer is not None and (args["epochs"], args["lr"]) == (fmnist.EPOCHS, fmnist.LR):
+      arms.setdefault(tuple((k, v) for k, v in args.items() if k != "seed"), []).append(
+          r.transfer)
+  rows = []
+  for key, values in arms.items():
+    args, mean = dict(key), float(np.mean(values))
+    base = baselines.get(args["patch"], {})
+    pixels, random_init = base.get("fewshot/pixels/10shot_avg"), _random_init_transfer(base)
+    counts = (None if pixels is None or random_init is None
+              else mean > pixels and mean > random_init)
+    rows.append((_arm(args), str(len(values)), _pct(mean), _beats(mean, pixels),
+                 _beats(mean, random_init),
+                 "-" if counts is None else "yes" if counts else "**no**"))
+  return _table(("arm", "seeds", "10-shot % (seed mean)", "> raw pixels", "> random init",
+                 "counts"), rows)
+
+
 def held_out_lines(results: Sequence[RunResult]) -> list[str]:
   """Is the held-out seed inside its arm's seed spread (mean +- 2 sd of seeds 0-2)?"""
   arm = _by_seed(results, attention="relu", alpha=1.0)
@@ -418,6 +442,7 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
            *baselines_table(baselines), "## Recipe calibration", "",
            *calibration_lines(results), "## Claims", "",
            *claims_table(results, baselines), *held_out_lines(results),
+           "## 10-shot transfer by arm", "", *transfer_table(results, baselines),
            "## Every finished run beside its baselines", "",
            *runs_table(results, baselines)]
   out.mkdir(parents=True, exist_ok=True)
