@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from big_vision_relu.experiments import stats
+
 MARGIN = 0.01  # m: one point of accuracy
 HOLDS, DOES_NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 NOT_YET = "not yet measured"
@@ -67,9 +69,9 @@ def pooled_sd(arms: Sequence[Mapping[int, float]]) -> float:
   sum (n_i - 1)); every arm needs >= 2 seeds."""
   if not arms or any(len(arm) < 2 for arm in arms):
     raise ValueError("pooled_sd needs at least two seeds in every arm.")
-  squares = sum(float(np.sum((np.array(list(arm.values())) - np.mean(list(arm.values()))) ** 2))
-                for arm in arms)
-  return math.sqrt(squares / sum(len(arm) - 1 for arm in arms))
+  summaries = [stats.summarize(list(arm.values())) for arm in arms]
+  return math.sqrt(sum((x.n - 1) * x.std ** 2 for x in summaries) /
+                   sum(x.n - 1 for x in summaries))
 
 
 def single_seed_noise(sigma: float) -> float:
@@ -95,7 +97,8 @@ def little_effect(delta: float, noise: float, margin: float = MARGIN) -> str:
 
 def inside_seed_spread(held_out: float, seeds: Sequence[float]) -> bool:
   """The held-out seed's check: within the other seeds' mean +- 2 sd (ddof 1)."""
-  return abs(held_out - float(np.mean(seeds))) <= 2 * float(np.std(seeds, ddof=1))
+  spread = stats.summarize(seeds)
+  return abs(held_out - spread.mean) <= 2 * spread.std
 
 
 def measures_something(accuracies: Sequence[float], pixel_1nn: float,

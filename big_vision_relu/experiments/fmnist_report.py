@@ -25,7 +25,7 @@ from absl import app, flags
 
 from big_vision_relu import metrics as metrics_lib
 from big_vision_relu.experiments import decision_rules as rules_lib
-from big_vision_relu.experiments import fmnist, run_status, study
+from big_vision_relu.experiments import fmnist, run_status, stats, study
 from big_vision_relu.experiments import sweep as sweep_lib
 
 matplotlib.use("Agg")
@@ -387,7 +387,8 @@ def held_out_lines(results: Sequence[RunResult]) -> list[str]:
   seeds = [arm[s] for s in fmnist.SEEDS if s in arm]
   if held is None or len(seeds) < len(fmnist.SEEDS):
     return ["Held-out seed (relu/L, seed 3): not yet measured.", ""]
-  mean, sd = float(np.mean(seeds)), float(np.std(seeds, ddof=1))
+  spread = stats.summarize(seeds)
+  mean, sd = spread.mean, spread.std
   inside = rules_lib.inside_seed_spread(held, seeds)
   return [f"Held-out seed (relu/L, seed {fmnist.HELD_OUT_SEED}): {_pct(held)}% against seeds "
           f"0-2's {_pct(mean)} +- {100 * sd:.1f} (2 sd: {_pct(mean - 2 * sd)} to "
