@@ -68,9 +68,18 @@ PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
     # D (Figure 1, the paper's headline; ~5x cheaper per image at L = 49) before B and C, as
     # docs/reproduction.md 1.4 planned once the calibration had doubled every run's cost.
     ("configs/study/fig1.py", {}),
-    ("configs/study/fig2.py", {"attention": ("relu", "relu2"), "seed": 0}),
-    ("configs/study/fig2.py", {}),
+    # B and C, the runs a claim of docs/reproduction.md 1.2 needs first (written in the study's
+    # eighth session, before phase A had finished and before any B or C run existed): the
+    # single-seed rows at alpha 0 and 1 (relu2's alpha pair, identity, qk-LN off, gate on),
+    # then relu2's seeds 1-2 (its paired alpha row), then alpha 1.5's qk-LN rows.
+    ("configs/study/fig2.py", {"attention": "relu2", "alpha": (0.0, 1.0), "seed": 0}),
+    ("configs/study/fig2.py", {"attention": "identity", "alpha": 1.0}),
+    ("configs/study/fig3.py", {"alpha": (0.0, 1.0)}),
+    ("configs/study/fig4.py", {"alpha": (0.0, 1.0)}),
+    ("configs/study/fig2.py", {"attention": "relu2", "alpha": (0.0, 1.0)}),
     ("configs/study/fig3.py", {}),
+    # Last, the runs no claim needs (Figures 2 and 4 drawn in full): the first to be cut.
+    ("configs/study/fig2.py", {}),
     ("configs/study/fig4.py", {}),
 )
 # The recipe's calibration (phase 0's runs at the recipe, phase 1's at the other points): until
