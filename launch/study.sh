@@ -15,10 +15,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PLAN="${1:-}"
-# Per plan: the datasets its runs read, its sweep files and where its report goes.
+# Per plan: the datasets its runs read, the Debian packages that hold their files, its sweep
+# files and where its report goes.
 case "$PLAN" in
-  fmnist) DATASETS=mnist5k,digits,fashion_mnist_local SWEEP_DIR=configs/study DOCS=docs/fmnist ;;
-  repro) DATASETS=mnist5k,digits SWEEP_DIR=configs/repro DOCS=docs/reproduction ;;
+  fmnist) DATASETS=mnist5k,digits,fashion_mnist_local DATA_PACKAGES=dataset-fashion-mnist
+          SWEEP_DIR=configs/study DOCS=docs/fmnist ;;
+  repro) DATASETS=mnist5k,digits DATA_PACKAGES= SWEEP_DIR=configs/repro DOCS=docs/reproduction ;;
   *) echo "usage: bash launch/study.sh fmnist|repro [start|status|stop|report]" >&2; exit 2 ;;
 esac
 ROOT="${ROOT:-workdirs/$PLAN}"
@@ -46,7 +48,8 @@ case "${2:-start}" in
       echo "the study is already running as pid $(cat "$ROOT/study.lock") (log: $ROOT/study.log)"
       exit 0
     fi
-    bash launch/system_packages.sh libtcmalloc-minimal4  # the trainers' malloc (study.py)
+    # The trainers' malloc (study.py) and the datasets' files.
+    bash launch/system_packages.sh libtcmalloc-minimal4 $DATA_PACKAGES
     "$PY" -m big_vision_relu.data.prepare --datasets "$DATASETS"
     GATE=()
     if [ "$PLAN" = fmnist ]; then
