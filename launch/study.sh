@@ -5,13 +5,16 @@
 #
 #   bash launch/study.sh fmnist              # start / resume in the background
 #   bash launch/study.sh fmnist status       # per-phase progress
-#   bash launch/study.sh fmnist stop         # trainers checkpoint and exit; waits for it
+#   bash launch/study.sh fmnist stop         # trainers checkpoint and exit; waits for it, then
+#                                            # parks the unfinished runs' checkpoints in ARCHIVE
 #   bash launch/study.sh fmnist report       # tables, figures, verdicts -> docs/fmnist/
 #
 # ROOT (default workdirs/<plan>) holds the runs' workdirs (checkpoints), ROOT/study.log and, for
 # a pinned study, ROOT/code: a git worktree at the study's commit, which the trainers run from.
-# ARCHIVE (default results/<plan>, committed) keeps every done run and study.json, the pinned
-# commit: the first start pins COMMIT (default: HEAD); later starts use the recorded one.
+# ARCHIVE (default results/<plan>, committed) keeps every done run, study.json, the pinned
+# commit (the first start pins COMMIT, default HEAD; later starts use the recorded one), and
+# parked/: the newest checkpoints of runs stopped unfinished, from which a start on any machine
+# resumes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PLAN="${1:-}"
@@ -20,7 +23,7 @@ PLAN="${1:-}"
 case "$PLAN" in
   fmnist) DATASETS=mnist5k,digits,fashion_mnist_local DATA_PACKAGES=dataset-fashion-mnist
           SWEEP_DIR=configs/study DOCS=docs/fmnist ;;
-  repro) DATASETS=mnist5k,digits DATA_PACKAGES= SWEEP_DIR=configs/repro DOCS=docs/reproduction ;;
+  repro) DATASETS=mnist5k,digits DATA_PACKAGES='' SWEEP_DIR=configs/repro DOCS=docs/reproduction ;;
   *) echo "usage: bash launch/study.sh fmnist|repro [start|status|stop|report]" >&2; exit 2 ;;
 esac
 ROOT="${ROOT:-workdirs/$PLAN}"
@@ -87,6 +90,8 @@ print(",".join(map(str, fmnist.CALIBRATION_PHASES)))')"
     else
       echo "no study running"
     fi
+    # So that the next start, on any machine, resumes them: commit ARCHIVE with the rest.
+    "${STUDY[@]}" --park
     ;;
   report)
     SWEEPS=()

@@ -14,7 +14,8 @@ import pytest
 from conftest import ROOT
 
 from big_vision_relu import checkpoint
-from big_vision_relu.experiments import repro, run_status, study, tables
+from big_vision_relu import metrics as metrics_lib
+from big_vision_relu.experiments import parking, repro, run_status, study, tables
 from big_vision_relu.experiments import sweep as sweep_lib
 from big_vision_relu.models.attention import ACTIVATIONS
 
@@ -297,3 +298,43 @@ def test_archiving_replaces_an_older_copy_whole_and_leaves_checkpoints_behind(tm
                                  sweep_lib.sweep_link(str(archive), path, item.run),
                                  repro.FIGURE)
     assert (row.status, row.value("test/prec@1")) == ("finished", 0.9)
+
+
+def test_a_run_parked_and_resumed_on_a_fresh_machine_ends_as_if_never_stopped(offline_data_dir,
+                                                                               tmp_path):
+  """A run stopped after a checkpoint, parked in the archive (--park, as launch/study.sh's stop
+  does), resumes on a machine that has only the archive from the parked step, and ends with
+  the metrics of the same run trained without a stop."""
+  root, archive = tmp_path / "root", tmp_path / "archive"
+  item = study.plan([repro.PHASES[0]])[0]
+  args = ("--phases", "0", "--max_runs", "1", "--config_args", "runlocal")
+  done = _study(root, archive, *args, data_dir=offline_data_dir)
+  assert done.returncode == 0, done.stderr[-3000:]
+  whole = metrics_lib.read_metrics(study.archived_dir(archive, item.run))
+  # What a stop after the step-2 checkpoint leaves (the runlocal run checkpoints every 2 of its
+  # 4 steps), and an archive that does not have the run yet.
+  workdir = study.run_dir(root, item.run)
+  assert parking.newest_step(workdir) == 4
+  shutil.rmtree(workdir / "checkpoints" / "4")
+  lines = (workdir / "metrics.jsonl").read_text().splitlines(keepends=True)
+  (workdir / "metrics.jsonl").write_text(
+      "".join(line for line in lines if json.loads(line)["step"] <= 2))
+  shutil.rmtree(study.archived_dir(archive, item.run))
+  parked = _study(root, archive, "--phases", "0", "--park", data_dir=offline_data_dir)
+  assert f"parked {item.run.run_id} at step 2" in parked.stdout, parked.stderr[-3000:]
+  shutil.rmtree(root)  # the next session's machine has the archive only
+  resumed = _study(root, archive, *args, data_dir=offline_data_dir)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert "resumes from its parked checkpoint, step 2" in resumed.stderr
+  archived = study.archived_dir(archive, item.run)
+  launches = [json.loads(line) for line in (archived / study.LAUNCHES_FILE).open()]
+  assert [x["resumes_from_step"] for x in launches] == [0, 2]
+  assert not parking.parked_dir(archive, item.run.run_id).exists()
+  # The curve from before the stop is kept; every result equals the uninterrupted run's.
+  # (The trainer also logs the first step of each start: step 3.)
+  again = metrics_lib.read_metrics(archived)
+  assert list(again) == [1, 2, 3, 4] and list(whole) == [1, 2, 4]
+  speed = {"img/sec/core", "core_hours"}
+  for step, values in whole.items():
+    assert {k: v for k, v in again[step].items() if k not in speed} == {
+        k: v for k, v in values.items() if k not in speed}, step

@@ -33,7 +33,10 @@ machine: CPU model, cores, JAX backend and device kind).
 Stopping and resuming: a run is done when it is in the archive, or when its metrics reach its
 last step (`run_status`'s rule), or when its trainer stopped on a non-finite loss (the study then
 writes `DIVERGED` into its workdir: a result, not retried). Anything else is (re)started; the
-trainer resumes it from its last checkpoint in `<root>`. SIGTERM / SIGINT
+trainer resumes it from its last checkpoint in `<root>`, or from its parked one: `--park`
+(which launch/study.sh's `stop` runs) copies the newest checkpoint of each stopped, unfinished
+run into `<archive>/parked`, and a start on any machine puts back those its workdirs are behind
+(parking.py). SIGTERM / SIGINT
 to the study are passed to the running trainers, which checkpoint and exit; if the study dies
 without that, the kernel sends its trainers SIGTERM (PR_SET_PDEATHSIG, set by
 `pinned.py`, which starts each trainer on its core). A lock file keeps a
@@ -60,7 +63,7 @@ from typing import Any
 
 from absl import app, flags, logging
 
-from big_vision_relu.experiments import fmnist, repro, run_status
+from big_vision_relu.experiments import fmnist, parking, repro, run_status
 from big_vision_relu.experiments import sweep as sweep_lib
 
 PLANS = {"repro": repro, "fmnist": fmnist}
@@ -188,9 +191,8 @@ def record_launch(workdir: pathlib.Path, env: Mapping[str, str]) -> None:
   """Appends to `workdir`/LAUNCHES_FILE when a trainer starts, the step it resumes from and the
   environment that sets its speed (not its results), so each run's core hours can be read
   for what they are."""
-  steps = [int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()]
   line = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-          "resumes_from_step": max(steps, default=0),
+          "resumes_from_step": parking.newest_step(workdir) or 0,
           **{name: env.get(name, "") for name in SPEED_ENV}}
   with open(workdir / LAUNCHES_FILE, "a") as f:
     f.write(json.dumps(line) + "\n")
@@ -200,7 +202,7 @@ def archive_run(root: pathlib.Path, archive: pathlib.Path, item: PlannedRun,
                 provenance: dict[str, Any] | None = None) -> None:
   """Copies a done run's ARCHIVED_FILES to the archive (replacing any older copy whole: the new
   one is complete before it is renamed into place), with `provenance` (commit, machine) as
-  provenance.json, and links it from its sweeps' directories."""
+  provenance.json, links it from its sweeps' directories and drops its parked copy, if any."""
   target = archived_dir(archive, item.run)
   partial = target.with_name(target.name + ".partial")
   shutil.rmtree(partial, ignore_errors=True)
@@ -213,6 +215,7 @@ def archive_run(root: pathlib.Path, archive: pathlib.Path, item: PlannedRun,
   shutil.rmtree(target, ignore_errors=True)
   partial.rename(target)
   link_sweep_dirs(archive, item)
+  shutil.rmtree(parking.parked_dir(archive, item.run.run_id), ignore_errors=True)
 
 
 def link_sweep_dirs(archive: pathlib.Path, item: PlannedRun) -> None:
@@ -301,8 +304,12 @@ class Study:
     todo: queue.Queue[PlannedRun] = queue.Queue()
     pending = []
     for item in self.planned:
+      parked = parking.parked_dir(self.archive, item.run.run_id)
       if run_status.collect_run(item.run, archived_dir(self.archive, item.run)).status in DONE:
+        shutil.rmtree(parked, ignore_errors=True)  # archived by a study that did not unpark it
         continue
+      if (step := parking.unpark(parked, run_dir(self.root, item.run))) is not None:
+        logging.info("%s resumes from its parked checkpoint, step %d", item.run.run_id, step)
       if run_status.collect_run(item.run, run_dir(self.root, item.run)).status in DONE:
         archive_run(self.root, self.archive, item, self.provenance)  # done before a stop
       else:
@@ -327,6 +334,20 @@ class Study:
       thread.start()
     for thread in threads:
       thread.join()
+
+
+def park_stopped(root: pathlib.Path, archive: pathlib.Path,
+                 planned: Sequence[PlannedRun]) -> list[str]:
+  """Parks (`parking.park`) every planned run that has a checkpoint and is not done; for
+  workdirs whose trainers have stopped. Returns '<run id> at step <step>' for each."""
+  parked = []
+  for item in planned:
+    if status(root, archive, item.run) not in DONE:
+      step = parking.park(run_dir(root, item.run),
+                          parking.parked_dir(archive, item.run.run_id))
+      if step is not None:
+        parked.append(f"{item.run.run_id} at step {step}")
+  return parked
 
 
 def pinned_worktree(root: pathlib.Path, archive: pathlib.Path, plan_name: str,
@@ -404,8 +425,12 @@ def main(argv: list[str]) -> None:
   if FLAGS.status:
     print_status(root, archive, planned, phases)
     return
+  lock = _acquire_lock(root)  # (parking needs stopped trainers too)
+  if FLAGS.park:
+    for line in park_stopped(root, archive, planned):
+      print(f"parked {line} in {archive / parking.PARKED_DIR}")
+    return
   check_totals_known(planned, FLAGS.config_args)
-  lock = _acquire_lock(root)
   code, commit = (None, None) if FLAGS.commit is None else pinned_worktree(
       root, archive, FLAGS.plan, FLAGS.commit)
   study = Study(root, archive, planned, workers=FLAGS.workers,
@@ -439,4 +464,7 @@ if __name__ == "__main__":
   flags.DEFINE_string("config_args", "", "Appended to every run's config argument, e.g. "
                       "'runlocal' for a smoke study (use another --root).")
   flags.DEFINE_bool("status", False, "Print per-phase progress and exit.")
+  flags.DEFINE_bool("park", False, "Copy the newest checkpoint of every started, unfinished run "
+                    "to <archive>/parked (parking.py; the next start on any machine resumes "
+                    "from it) and exit. Refused while a study runs.")
   app.run(main)

@@ -1,0 +1,83 @@
+"""Unfinished runs carried from machine to machine in the archive, so that a study resumes where
+it stopped from any checkout.
+
+A run's checkpoints live in its workdir (`<root>/runs/<run id>/checkpoints`), on the machine
+that trains it; a session may end before the run does, and the next one may start on a fresh
+machine with only what the repository holds. `park` copies a stopped run's newest checkpoint,
+with its config.json, metrics.jsonl (the curves so far) and launches.jsonl, to
+`<archive>/parked/<run id>`, committed with the archive; `unpark` puts it back into a workdir
+that is behind it, and the trainer resumes from it as from its own checkpoint (bit-identical:
+tests/test_study.py). The study drops a run's parked copy once the run is archived.
+
+Nothing is deleted that is ahead: a park never replaces a parked copy at a later step, an
+unpark never touches a workdir at the parked step or later, and a workdir it replaces is moved
+aside to `<run id>.superseded-<unix time>`, not deleted.
+"""
+from __future__ import annotations
+
+import pathlib
+import shutil
+import time
+
+PARKED_DIR = "parked"  # in the archive
+# With the newest checkpoint, what the trainer resumes from and the archive will keep. (The
+# TensorBoard event files stay behind: metrics.jsonl holds the same curves.)
+PARKED_FILES = ("config.json", "metrics.jsonl", "launches.jsonl")
+
+
+def parked_dir(archive: pathlib.Path, run_id: str) -> pathlib.Path:
+  return archive / PARKED_DIR / run_id
+
+
+def newest_step(workdir: pathlib.Path) -> int | None:
+  """The newest checkpoint step in `workdir`/checkpoints (orbax names a complete step by its
+  number, a step being written otherwise); None if there is none."""
+  steps = [int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()]
+  return max(steps, default=None)
+
+
+def _behind(workdir: pathlib.Path, step: int) -> bool:
+  """Whether `workdir` has no checkpoint at `step` or later."""
+  newest = newest_step(workdir)
+  return newest is None or newest < step
+
+
+def _copy_whole(write, target: pathlib.Path) -> None:
+  """Calls `write(tmp)` on a fresh sibling directory of `target`, then renames it to `target`,
+  so that a copy cut short never takes its place."""
+  tmp = target.with_name(target.name + ".copying")
+  shutil.rmtree(tmp, ignore_errors=True)
+  tmp.parent.mkdir(parents=True, exist_ok=True)
+  write(tmp)
+  shutil.rmtree(target, ignore_errors=True)
+  tmp.rename(target)
+
+
+def park(workdir: pathlib.Path, parked: pathlib.Path) -> int | None:
+  """Copies `workdir`'s newest checkpoint and PARKED_FILES to `parked` (replacing an older
+  parked copy whole); returns the step parked, or None if the workdir has no checkpoint or
+  `parked` is already at that step or later. Only for a stopped trainer's workdir."""
+  step = newest_step(workdir)
+  if step is None or not _behind(parked, step):
+    return None
+
+  def write(tmp: pathlib.Path) -> None:
+    shutil.copytree(workdir / "checkpoints" / str(step), tmp / "checkpoints" / str(step))
+    for name in PARKED_FILES:
+      if (workdir / name).exists():
+        shutil.copy2(workdir / name, tmp / name)
+  _copy_whole(write, parked)
+  return step
+
+
+def unpark(parked: pathlib.Path, workdir: pathlib.Path) -> int | None:
+  """Makes `workdir` a copy of `parked` if the workdir is behind it (no checkpoint, or an older
+  one; an existing workdir is moved aside, not deleted); returns the step it now resumes from,
+  or None if there is no parked copy or the workdir is at its step or later."""
+  step = newest_step(parked)
+  if step is None or not _behind(workdir, step):
+    return None
+  if workdir.exists():
+    workdir.rename(workdir.with_name(f"{workdir.name}.superseded-{int(time.time())}"))
+  _copy_whole(lambda tmp: shutil.copytree(parked, tmp), workdir)
+  return step

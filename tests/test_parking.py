@@ -1,0 +1,81 @@
+"""Parking unfinished runs in the archive (experiments/parking.py): what is copied, and that
+nothing ahead is ever replaced. The end-to-end resume on a fresh machine is in test_study.py."""
+import json
+
+from big_vision_relu.experiments import parking, repro, study
+
+
+def _workdir(path, steps, metrics_steps=()):
+  """A stopped trainer's workdir: checkpoints at `steps` (plus a step orbax was still writing),
+  its config and launch record, metrics at `metrics_steps`."""
+  for step in steps:
+    (path / "checkpoints" / str(step) / "state").mkdir(parents=True)
+    (path / "checkpoints" / str(step) / "state" / "data").write_text(f"state at {step}")
+  (path / "checkpoints" / "9.orbax-checkpoint-tmp-1").mkdir(parents=True)
+  (path / "config.json").write_text('{"seed": 0}')
+  (path / "launches.jsonl").write_text('{"resumes_from_step": 0}\n')
+  (path / "metrics.jsonl").write_text(
+      "".join(json.dumps({"step": s, "training_loss": 1 / s}) + "\n" for s in metrics_steps))
+  (path / "events.out.tfevents.1.vm").write_text("tensorboard")
+  return path
+
+
+def _files(path):
+  return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
+
+
+def test_park_copies_the_newest_checkpoint_and_the_run_files_and_never_goes_back(tmp_path):
+  workdir = _workdir(tmp_path / "run", [4, 8], metrics_steps=[2, 4, 6, 8])
+  parked = tmp_path / "archive" / parking.PARKED_DIR / "run"
+  assert parking.park(workdir, parked) == 8
+  assert _files(parked) == ["checkpoints/8/state/data", "config.json", "launches.jsonl",
+                            "metrics.jsonl"]
+  assert (parked / "metrics.jsonl").read_text() == (workdir / "metrics.jsonl").read_text()
+  assert parking.park(workdir, parked) is None  # already parked at step 8
+  # A workdir behind the parked copy (e.g. restarted elsewhere) never replaces it.
+  behind = _workdir(tmp_path / "behind", [4])
+  assert parking.park(behind, parked) is None
+  assert parking.newest_step(parked) == 8
+  # A later one replaces it whole, leaving no partial copy behind.
+  (workdir / "checkpoints" / "12" / "state").mkdir(parents=True)
+  assert parking.park(workdir, parked) == 12
+  assert sorted(p.name for p in (parked / "checkpoints").iterdir()) == ["12"]
+  assert sorted(p.name for p in parked.parent.iterdir()) == ["run"]
+  # Nothing to park without a checkpoint.
+  assert parking.park(_workdir(tmp_path / "new", []), tmp_path / "p2") is None
+  assert not (tmp_path / "p2").exists()
+
+
+def test_unpark_fills_a_workdir_that_is_behind_and_moves_the_old_one_aside(tmp_path):
+  parked = _workdir(tmp_path / "source", [8])
+  parking.park(parked, tmp_path / "parked")
+  parked = tmp_path / "parked"
+  # A fresh machine: no workdir at all.
+  fresh = tmp_path / "root" / "runs" / "run"
+  assert parking.unpark(parked, fresh) == 8
+  assert _files(fresh) == _files(parked)
+  # A workdir at the parked step or later is left alone.
+  assert parking.unpark(parked, fresh) is None
+  ahead = _workdir(tmp_path / "ahead", [12])
+  assert parking.unpark(parked, ahead) is None
+  assert parking.newest_step(ahead) == 12
+  # One that is behind (restarted from scratch, or an older checkpoint) is moved aside.
+  behind = _workdir(tmp_path / "runs" / "behind", [4], metrics_steps=[2, 4])
+  assert parking.unpark(parked, behind) == 8
+  assert parking.newest_step(behind) == 8
+  aside = [p for p in behind.parent.iterdir() if p.name.startswith("behind.superseded-")]
+  assert len(aside) == 1 and parking.newest_step(aside[0]) == 4
+  assert (aside[0] / "metrics.jsonl").read_text().count("\n") == 2
+  # No parked copy: nothing to do.
+  assert parking.unpark(tmp_path / "none", tmp_path / "runs" / "other") is None
+  assert not (tmp_path / "runs" / "other").exists()
+
+
+def test_archiving_a_run_drops_its_parked_copy(tmp_path):
+  root, archive = tmp_path / "root", tmp_path / "archive"
+  item = study.plan([repro.PHASES[0]])[0]
+  workdir = _workdir(study.run_dir(root, item.run), [1250], metrics_steps=[1250])
+  parked = parking.parked_dir(archive, item.run.run_id)
+  assert parking.park(workdir, parked) == 1250
+  study.archive_run(root, archive, item)
+  assert not parked.exists() and study.archived_dir(archive, item.run).is_dir()
