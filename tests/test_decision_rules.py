@@ -124,3 +124,8 @@ def test_claims_table_judges_every_rule():
   text = "\n".join(fmnist_report.claims_table(partial, {2: base, 4: base}))
   assert "phase A is not finished yet." in text
   assert "| -2.00 |" not in text
+  # Paired rows on 2 of the 3 planned seeds are judged by the same rule, marked interim.
+  rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in text.splitlines()
+          if line.startswith("| ") and " | " in line}
+  assert rows["relu/L approaches or matches softmax (Fig. 1, Ti, L = 196)"][3:5] == [
+      "0, 1", "does not hold (interim: 2 of 3 seeds)"]

@@ -328,6 +328,8 @@ def _judge(claim: Claim, results: Sequence[RunResult],
     verdict = rules_lib.verdict(comparison)
     needed = (rules_lib.seeds_to_decide(comparison)
               if verdict == rules_lib.INCONCLUSIVE else None)
+    if len(comparison.seeds) < len(fmnist.SEEDS):  # every paired arm plans fmnist.SEEDS
+      verdict += f" (interim: {len(comparison.seeds)} of {len(fmnist.SEEDS)} seeds)"
     return (*cells, verdict, "-" if needed is None else str(needed))
   judge = rules_lib.favours if claim.rule == "favours" else rules_lib.little_effect
   return (*cells, judge(delta, noise), "-")
@@ -347,7 +349,8 @@ def claims_table(results: Sequence[RunResult],
       f"- Paired rows (several seeds): mean Delta over seeds against m = {margin:g} point with "
       "2 SE; with 3 seeds 2 SE is lenient (t with 2 degrees of freedom puts 95% at 4.3 SE). "
       "Seeds to decide: how many seeds an inconclusive row would need if its mean and per-seed "
-      "sd stayed as measured.",
+      "sd stayed as measured. A verdict on fewer seeds than planned is interim: with 2, 2 SE "
+      "is very lenient (1 degree of freedom puts 95% at 12.7 SE).",
       "- Single-seed rows (seed 0): against the noise of one difference, 2 sqrt(2) sigma, sigma "
       "the seed sd pooled over phase A's three arms: "
       + ("phase A is not finished yet." if sigma is None else
