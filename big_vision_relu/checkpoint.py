@@ -13,7 +13,7 @@ small JSON dict (e.g. the data position or cumulative core hours).
 Policies:
 
 - save when `step % save_interval_steps == 0`, or when `force=True` (the trainer forces
-  the step at which every process agreed on a preemption notice: see multihost.py; orbax's
+  the step at which every process agreed on a preemption notice: see preemption.py; orbax's
   own preemption policy is not used, as it relies on JAX's C++ SIGTERM handler, which the
   trainer's Python handler replaces);
 - keep the newest `keep_last` steps, plus every step that is a multiple of

@@ -45,6 +45,7 @@ from big_vision_relu import checkpoint as ckpt_lib
 from big_vision_relu import config as cfg_lib
 from big_vision_relu import metrics as metrics_lib
 from big_vision_relu import multihost as multihost_lib
+from big_vision_relu import preemption
 from big_vision_relu import run as run_lib
 from big_vision_relu import workdir_config
 from big_vision_relu.data import input_pipeline
@@ -65,7 +66,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   config_json = cfg_lib.without_unset(config).to_json_best_effort(indent=2)
   # SIGTERM from here on saves and exits (main() installs it even earlier, before the job is
   # joined), so that a notice during set-up or compilation is not lost.
-  with multihost_lib.SigtermHandler():
+  with preemption.SigtermHandler():
     run = run_lib.setup(config, devices)
     with jax.set_mesh(run.mesh):
       return _train(run, workdir, config_json, allow_config_change)
@@ -132,9 +133,9 @@ def _train(run: run_lib.Setup, workdir: str, config_json: str,
     return bool(due)
 
   step = start_step
-  preemption = multihost_lib.PreemptionNotice(mesh.devices)
+  notice = preemption.PreemptionNotice(mesh.devices)
   try:
-    with multihost_lib.SigtermHandler():  # already entered by train(); harmless
+    with preemption.SigtermHandler():  # already entered by train(); harmless
       for step in range(start_step + 1, steps["total"] + 1):
         host_batch = next(batches)
         batch = input_pipeline.make_global_batch(
@@ -159,7 +160,7 @@ def _train(run: run_lib.Setup, workdir: str, config_json: str,
           logging.info("%s | loss %.4f", progress.line(step), values["training_loss"])
         if run_evals(step) or log_now:
           writer.flush()
-        if preemption.stop(step):
+        if notice.stop(step):
           logging.warning("Preemption notice (SIGTERM%s) at step %d: saving and exiting.",
                           " to this or another process" if jax.process_count() > 1 else "",
                           step)
@@ -191,7 +192,7 @@ def main(argv: list[str]) -> None:
   logging.get_absl_handler().addFilter(_QuietLibraries())
   if FLAGS.workdir is None:
     raise app.UsageError("--workdir is required.")
-  with multihost_lib.SigtermHandler():
+  with preemption.SigtermHandler():
     multihost_lib.initialize_from_flags(FLAGS)
     # A dead peer: one line, then exit (multi-process only).
     with multihost_lib.PeerWatchdog(timeout=FLAGS.peer_timeout_s):
