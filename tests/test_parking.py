@@ -1,6 +1,7 @@
 """Parking unfinished runs in the archive (experiments/parking.py): what is copied, and that
 nothing ahead is ever replaced. The end-to-end resume on a fresh machine is in test_study.py."""
 import json
+import shutil
 
 from big_vision_relu.experiments import parking, repro, study
 
@@ -71,11 +72,17 @@ def test_unpark_fills_a_workdir_that_is_behind_and_moves_the_old_one_aside(tmp_p
   assert not (tmp_path / "runs" / "other").exists()
 
 
-def test_archiving_a_run_drops_its_parked_copy(tmp_path):
+def test_a_parked_run_counts_as_started_until_archiving_drops_it(tmp_path):
   root, archive = tmp_path / "root", tmp_path / "archive"
   item = study.plan([repro.PHASES[0]])[0]
-  workdir = _workdir(study.run_dir(root, item.run), [1250], metrics_steps=[1250])
+  workdir = _workdir(study.run_dir(root, item.run), [500], metrics_steps=[500])
   parked = parking.parked_dir(archive, item.run.run_id)
+  assert parking.park(workdir, parked) == 500
+  workdir.rename(tmp_path / "elsewhere")  # a fresh machine, before the study starts
+  assert study.status(root, archive, item.run) == "running"
+  shutil.rmtree(parked)
+  assert study.status(root, archive, item.run) == "missing"
+  workdir = _workdir(study.run_dir(root, item.run), [1250], metrics_steps=[1250])
   assert parking.park(workdir, parked) == 1250
   study.archive_run(root, archive, item)
   assert not parked.exists() and study.archived_dir(archive, item.run).is_dir()

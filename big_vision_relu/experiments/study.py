@@ -146,10 +146,15 @@ def archived_dir(archive: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
 
 
 def status(root: pathlib.Path, archive: pathlib.Path, run: sweep_lib.Run) -> str:
-  """'finished' or 'diverged' if the run is done (archived, or done in its workdir), else the
-  workdir's 'running' (started) or 'missing' (`run_status`'s rules)."""
+  """'finished' or 'diverged' if the run is done (archived, or done in its workdir), else
+  'running' (started: in its workdir, or parked in the archive) or 'missing' (`run_status`'s
+  rules)."""
   archived = run_status.collect_run(run, archived_dir(archive, run)).status
-  return archived if archived in DONE else run_status.collect_run(run, run_dir(root, run)).status
+  if archived in DONE:
+    return archived
+  state = run_status.collect_run(run, run_dir(root, run)).status
+  parked = parking.parked_dir(archive, run.run_id)
+  return "running" if state == "missing" and parking.newest_step(parked) is not None else state
 
 
 def machine() -> dict[str, Any]:
