@@ -430,7 +430,7 @@ def main(argv: list[str]) -> None:
   if FLAGS.status:
     print_status(root, archive, planned, phases)
     return
-  lock = _acquire_lock(root)  # (parking needs stopped trainers too)
+  lock = _acquire_lock(root)  # --park too: it copies the checkpoints of stopped trainers only
   if FLAGS.park:
     for line in park_stopped(root, archive, planned):
       print(f"parked {line} in {archive / parking.PARKED_DIR}")
