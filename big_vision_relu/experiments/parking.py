@@ -19,6 +19,8 @@ import pathlib
 import shutil
 import time
 
+from big_vision_relu import multihost
+
 PARKED_DIR = "parked"  # in the archive
 # With the newest checkpoint, what the trainer resumes from and the archive will keep. (The
 # TensorBoard event files stay behind: metrics.jsonl holds the same curves.)
@@ -30,10 +32,8 @@ def parked_dir(archive: pathlib.Path, run_id: str) -> pathlib.Path:
 
 
 def newest_step(workdir: pathlib.Path) -> int | None:
-  """The newest checkpoint step in `workdir`/checkpoints (orbax names a complete step by its
-  number, a step being written otherwise); None if there is none."""
-  steps = [int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()]
-  return max(steps, default=None)
+  """The newest complete checkpoint step in `workdir`/checkpoints; None if there is none."""
+  return multihost.latest_finalized_step(workdir / "checkpoints")
 
 
 def _behind(workdir: pathlib.Path, step: int) -> bool:
