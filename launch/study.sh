@@ -5,16 +5,18 @@
 #
 #   bash launch/study.sh fmnist              # start / resume in the background
 #   bash launch/study.sh fmnist status       # per-phase progress
+#   bash launch/study.sh fmnist park         # copies the unfinished runs' newest checkpoints to
+#                                            # ARCHIVE/parked; the study trains on
 #   bash launch/study.sh fmnist stop         # trainers checkpoint and exit; waits for it, then
-#                                            # parks the unfinished runs' checkpoints in ARCHIVE
+#                                            # parks as 'park' does
 #   bash launch/study.sh fmnist report       # tables, figures, verdicts -> docs/fmnist/
 #
 # ROOT (default workdirs/<plan>) holds the runs' workdirs (checkpoints), ROOT/study.log and, for
 # a pinned study, ROOT/code: a git worktree at the study's commit, which the trainers run from.
 # ARCHIVE (default results/<plan>, committed) keeps every done run, study.json, the pinned
 # commit (the first start pins COMMIT, default HEAD; later starts use the recorded one), and
-# parked/: the newest checkpoints of runs stopped unfinished, from which a start on any machine
-# resumes them.
+# parked/: the newest checkpoints of unfinished runs, from which a start on any machine resumes
+# them (commit ARCHIVE after a park or a stop: a session's machine may not outlive it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PLAN="${1:-}"
@@ -24,7 +26,7 @@ case "$PLAN" in
   fmnist) DATASETS=mnist5k,digits,fashion_mnist_local DATA_PACKAGES=dataset-fashion-mnist
           SWEEP_DIR=configs/study DOCS=docs/fmnist ;;
   repro) DATASETS=mnist5k,digits DATA_PACKAGES='' SWEEP_DIR=configs/repro DOCS=docs/reproduction ;;
-  *) echo "usage: bash launch/study.sh fmnist|repro [start|status|stop|report]" >&2; exit 2 ;;
+  *) echo "usage: bash launch/study.sh fmnist|repro [start|status|park|stop|report]" >&2; exit 2 ;;
 esac
 ROOT="${ROOT:-workdirs/$PLAN}"
 ARCHIVE="${ARCHIVE:-results/$PLAN}"
@@ -75,6 +77,9 @@ print(",".join(map(str, fmnist.CALIBRATION_PHASES)))')"
   status)
     "${STUDY[@]}" --status
     ;;
+  park)
+    "${STUDY[@]}" --park
+    ;;
   stop)
     # The pid in the lock file is the study's only while the lock is held.
     if [ -f "$ROOT/study.lock" ] && ! flock -n "$ROOT/study.lock" true \
@@ -104,7 +109,7 @@ print(",".join(map(str, fmnist.CALIBRATION_PHASES)))')"
     fi
     ;;
   *)
-    echo "usage: bash launch/study.sh fmnist|repro [start|status|stop|report]" >&2
+    echo "usage: bash launch/study.sh fmnist|repro [start|status|park|stop|report]" >&2
     exit 2
     ;;
 esac

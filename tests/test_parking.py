@@ -86,3 +86,28 @@ def test_a_parked_run_counts_as_started_until_archiving_drops_it(tmp_path):
   assert parking.park(workdir, parked) == 1250
   study.archive_run(root, archive, item)
   assert not parked.exists() and study.archived_dir(archive, item.run).is_dir()
+
+
+def test_park_beside_a_running_trainer_copies_whole_lines_and_outruns_its_keep_policy(
+    tmp_path, monkeypatch):
+  workdir = _workdir(tmp_path / "run", [4, 8], metrics_steps=[2, 4, 6, 8])
+  complete = (workdir / "metrics.jsonl").read_text()
+  with open(workdir / "metrics.jsonl", "a") as f:
+    f.write('{"step": 10, "trai')  # the trainer is in the middle of a line
+  # The trainer saves step 12 and its keep policy deletes step 8 while step 8 is being copied.
+  copytree = shutil.copytree
+  def copytree_racing_the_trainer(source, target, *args, **kwargs):
+    if source == workdir / "checkpoints" / "8":
+      (workdir / "checkpoints" / "12" / "state").mkdir(parents=True)
+      (workdir / "checkpoints" / "12" / "state" / "data").write_text("state at 12")
+      shutil.rmtree(source)
+    return copytree(source, target, *args, **kwargs)
+  monkeypatch.setattr(parking.shutil, "copytree", copytree_racing_the_trainer)
+  parked = tmp_path / "parked"
+  assert parking.park(workdir, parked) == 12
+  assert _files(parked) == ["checkpoints/12/state/data", "config.json", "launches.jsonl",
+                            "metrics.jsonl"]
+  assert (parked / "metrics.jsonl").read_text() == complete
+  for name in ("config.json", "launches.jsonl"):  # whole: the one has no newline at its end
+    assert (parked / name).read_text() == (workdir / name).read_text()
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["parked", "run"]  # no partial copy

@@ -302,26 +302,30 @@ def test_archiving_replaces_an_older_copy_whole_and_leaves_checkpoints_behind(tm
 
 def test_a_run_parked_and_resumed_on_a_fresh_machine_ends_as_if_never_stopped(offline_data_dir,
                                                                                tmp_path):
-  """A run stopped after a checkpoint, parked in the archive (--park, as launch/study.sh's stop
-  does), resumes on a machine that has only the archive from the parked step, and ends with
-  the metrics of the same run trained without a stop."""
+  """A run parked in the archive while its study trains on (--park, as launch/study.sh's park
+  and stop do), resumes on a machine that has only the archive from the parked step, and ends
+  with the metrics of the same run trained without a stop."""
   root, archive = tmp_path / "root", tmp_path / "archive"
   item = study.plan([repro.PHASES[0]])[0]
   args = ("--phases", "0", "--max_runs", "1", "--config_args", "runlocal")
   done = _study(root, archive, *args, data_dir=offline_data_dir)
   assert done.returncode == 0, done.stderr[-3000:]
   whole = metrics_lib.read_metrics(study.archived_dir(archive, item.run))
-  # What a stop after the step-2 checkpoint leaves (the runlocal run checkpoints every 2 of its
-  # 4 steps), and an archive that does not have the run yet.
+  # What a trainer past its step-2 checkpoint leaves (the runlocal run checkpoints every 2 of
+  # its 4 steps): the step-4 checkpoint still being written, the step-4 metrics line half
+  # written; and an archive that does not have the run yet.
   workdir = study.run_dir(root, item.run)
   assert parking.newest_step(workdir) == 4
-  shutil.rmtree(workdir / "checkpoints" / "4")
+  (workdir / "checkpoints" / "4").rename(workdir / "checkpoints" / "4.orbax-checkpoint-tmp-9")
   lines = (workdir / "metrics.jsonl").read_text().splitlines(keepends=True)
-  (workdir / "metrics.jsonl").write_text(
-      "".join(line for line in lines if json.loads(line)["step"] <= 2))
+  before = "".join(line for line in lines if json.loads(line)["step"] <= 2)
+  (workdir / "metrics.jsonl").write_text(before + lines[-1][:20])
   shutil.rmtree(study.archived_dir(archive, item.run))
-  parked = _study(root, archive, "--phases", "0", "--park", data_dir=offline_data_dir)
+  with open(root / "study.lock", "a+") as lock:  # the study is running
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    parked = _study(root, archive, "--phases", "0", "--park", data_dir=offline_data_dir)
   assert f"parked {item.run.run_id} at step 2" in parked.stdout, parked.stderr[-3000:]
+  assert (parking.parked_dir(archive, item.run.run_id) / "metrics.jsonl").read_text() == before
   shutil.rmtree(root)  # the next session's machine has the archive only
   resumed = _study(root, archive, *args, data_dir=offline_data_dir)
   assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -3,11 +3,17 @@ it stopped from any checkout.
 
 A run's checkpoints live in its workdir (`<root>/runs/<run id>/checkpoints`), on the machine
 that trains it; a session may end before the run does, and the next one may start on a fresh
-machine with only what the repository holds. `park` copies a stopped run's newest checkpoint,
-with its config.json, metrics.jsonl (the curves so far) and launches.jsonl, to
-`<archive>/parked/<run id>`, committed with the archive; `unpark` puts it back into a workdir
-that is behind it, and the trainer resumes from it as from its own checkpoint (bit-identical:
-tests/test_study.py). The study drops a run's parked copy once the run is archived.
+machine with only what the repository holds. `park` copies a run's newest checkpoint, with its
+config.json, metrics.jsonl (the curves so far) and launches.jsonl, to `<archive>/parked/<run
+id>`, committed with the archive; `unpark` puts it back into a workdir that is behind it, and
+the trainer resumes from it as from its own checkpoint (bit-identical: tests/test_study.py).
+The study drops a run's parked copy once the run is archived.
+
+The trainer may still be running (a snapshot taken at a session's end, while the study trains
+on): orbax renames a checkpoint into place only when it is complete, and deletes one only after
+`keep_last_ckpts` newer ones (a copy that loses that race is retried at the newer step); the
+JSON-lines files are copied up to their last complete line. Metrics logged after the parked
+step are logged again on resume; readers keep a step's last line (metrics.py).
 
 Nothing is deleted that is ahead: a park never replaces a parked copy at a later step, an
 unpark never touches a workdir at the parked step or later, and a workdir it replaces is moved
@@ -53,10 +59,19 @@ def _copy_whole(write, target: pathlib.Path) -> None:
   tmp.rename(target)
 
 
-def park(workdir: pathlib.Path, parked: pathlib.Path) -> int | None:
+def _copy_complete(source: pathlib.Path, target: pathlib.Path) -> None:
+  """Copies `source`; a JSON-lines file up to its last newline (its writer, the trainer or the
+  study, may be in the middle of a line). config.json is whole before the trainer starts."""
+  data = source.read_bytes()
+  if source.suffix == ".jsonl":
+    data = data[:data.rfind(b"\n") + 1]
+  target.write_bytes(data)
+
+
+def park(workdir: pathlib.Path, parked: pathlib.Path, attempts: int = 3) -> int | None:
   """Copies `workdir`'s newest checkpoint and PARKED_FILES to `parked` (replacing an older
   parked copy whole); returns the step parked, or None if the workdir has no checkpoint or
-  `parked` is already at that step or later. Only for a stopped trainer's workdir."""
+  `parked` is already at that step or later. Its trainer may be running (module docstring)."""
   step = newest_step(workdir)
   if step is None or not _behind(parked, step):
     return None
@@ -65,8 +80,13 @@ def park(workdir: pathlib.Path, parked: pathlib.Path) -> int | None:
     shutil.copytree(workdir / "checkpoints" / str(step), tmp / "checkpoints" / str(step))
     for name in PARKED_FILES:
       if (workdir / name).exists():
-        shutil.copy2(workdir / name, tmp / name)
-  _copy_whole(write, parked)
+        _copy_complete(workdir / name, tmp / name)
+  try:
+    _copy_whole(write, parked)
+  except (FileNotFoundError, shutil.Error):  # the trainer's keep policy deleted it meanwhile
+    if attempts == 1:
+      raise
+    return park(workdir, parked, attempts - 1)
   return step
 
 

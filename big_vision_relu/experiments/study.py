@@ -34,9 +34,9 @@ Stopping and resuming: a run is done when it is in the archive, or when its metr
 last step (`run_status`'s rule), or when its trainer stopped on a non-finite loss (the study then
 writes `DIVERGED` into its workdir: a result, not retried). Anything else is (re)started; the
 trainer resumes it from its last checkpoint in `<root>`, or from its parked one: `--park`
-(which launch/study.sh's `stop` runs) copies the newest checkpoint of each stopped, unfinished
-run into `<archive>/parked`, and a start on any machine puts back those its workdirs are behind
-(parking.py). SIGTERM / SIGINT
+(launch/study.sh's `park`, and its `stop` after the trainers have stopped) copies the newest
+checkpoint of each unfinished run into `<archive>/parked`, and a start on any machine puts back
+those its workdirs are behind (parking.py). SIGTERM / SIGINT
 to the study are passed to the running trainers, which checkpoint and exit; if the study dies
 without that, the kernel sends its trainers SIGTERM (PR_SET_PDEATHSIG, set by
 `pinned.py`, which starts each trainer on its core). A lock file keeps a
@@ -341,10 +341,10 @@ class Study:
       thread.join()
 
 
-def park_stopped(root: pathlib.Path, archive: pathlib.Path,
-                 planned: Sequence[PlannedRun]) -> list[str]:
-  """Parks (`parking.park`) every planned run that has a checkpoint and is not done; for
-  workdirs whose trainers have stopped. Returns '<run id> at step <step>' for each."""
+def park_unfinished(root: pathlib.Path, archive: pathlib.Path,
+                    planned: Sequence[PlannedRun]) -> list[str]:
+  """Parks (`parking.park`) every planned run that has a checkpoint and is not done, its
+  trainer running or not. Returns '<run id> at step <step>' for each."""
   parked = []
   for item in planned:
     if status(root, archive, item.run) not in DONE:
@@ -392,14 +392,16 @@ def pinned_worktree(root: pathlib.Path, archive: pathlib.Path, plan_name: str,
   return code, full
 
 
-def _acquire_lock(root: pathlib.Path):
-  handle = open(root / "study.lock", "a+")  # noqa: SIM115 (held until the study ends)
+def _acquire_lock(path: pathlib.Path, holder: str):
+  """Holds `path` locked with this pid in it, or raises SystemExit naming the `holder` that
+  does."""
+  handle = open(path, "a+")  # noqa: SIM115 (held until the study ends)
   try:
     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
     handle.seek(0)
-    raise SystemExit(f"Another study holds {root / 'study.lock'} (pid {handle.read().strip()}); "
-                     "stop it first (kill -TERM PID) or wait for it.") from None
+    raise SystemExit(f"{holder} holds {path} (pid {handle.read().strip()}); stop it first "
+                     "(kill -TERM PID) or wait for it.") from None
   handle.truncate(0)
   handle.write(str(os.getpid()))
   handle.flush()
@@ -430,11 +432,12 @@ def main(argv: list[str]) -> None:
   if FLAGS.status:
     print_status(root, archive, planned, phases)
     return
-  lock = _acquire_lock(root)  # --park too: it copies the checkpoints of stopped trainers only
-  if FLAGS.park:
-    for line in park_stopped(root, archive, planned):
-      print(f"parked {line} in {archive / parking.PARKED_DIR}")
+  if FLAGS.park:  # beside a running study (parking.py says why that is safe), not another park
+    with _acquire_lock(root / "park.lock", "Another --park"):
+      for line in park_unfinished(root, archive, planned):
+        print(f"parked {line} in {archive / parking.PARKED_DIR}")
     return
+  lock = _acquire_lock(root / "study.lock", "Another study")
   check_totals_known(planned, FLAGS.config_args)
   code, commit = (None, None) if FLAGS.commit is None else pinned_worktree(
       root, archive, FLAGS.plan, FLAGS.commit)
@@ -471,5 +474,5 @@ if __name__ == "__main__":
   flags.DEFINE_bool("status", False, "Print per-phase progress and exit.")
   flags.DEFINE_bool("park", False, "Copy the newest checkpoint of every started, unfinished run "
                     "to <archive>/parked (parking.py; the next start on any machine resumes "
-                    "from it) and exit. Refused while a study runs.")
+                    "from it) and exit; the study may be running.")
   app.run(main)
