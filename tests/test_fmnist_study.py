@@ -160,6 +160,34 @@ def test_verdicts_on_a_synthetic_archive(tmp_path, monkeypatch):
   assert (tmp_path / "out" / "curves.png").stat().st_size > 0
 
 
+def test_the_runs_table_says_which_cpu_trained_each_part_of_a_run(tmp_path):
+  """A run resumed on another machine says so (XLA:CPU's results differ at rounding level
+  between CPU models; docs/reproduction.md 1.4). Starts recorded before launches named their
+  CPU are '?', but for the last: the machine that finished the run (its provenance)."""
+  archive, steps = tmp_path / "archive", _eval_steps(9375)
+  expected = {"softmax": "AMD EPYC from 0", "relu": "? from 0, ? from 7032, Intel Xeon from 8095",
+              "identity": "finished on AMD EPYC"}
+  for attention, launches, finished_on in (
+      ("softmax", [{"resumes_from_step": 0}], "AMD EPYC"),
+      ("identity", [], "AMD EPYC"),  # archived before launch records
+      ("relu", [{"resumes_from_step": 0}, {"resumes_from_step": 7032},
+                {"resumes_from_step": 8095, "cpu": "Intel(R) Xeon(R) Processor"}],
+       "Intel(R) Xeon(R) Processor")):
+    run = fmnist.run(attention=attention)
+    _archive_run(archive, run, dict.fromkeys(steps, 0.9), transfer=0.5)
+    directory = study.archived_dir(archive, run)
+    if launches:
+      (directory / study.LAUNCHES_FILE).write_text(
+          "".join(json.dumps(x) + "\n" for x in launches))
+    (directory / study.PROVENANCE_FILE).write_text(
+        json.dumps({"commit": "0123456789", "machine": {"cpu": finished_on}}))
+  rows = fmnist_report.runs_table(fmnist_report.load_results(archive), {})
+  for attention, trained_on in expected.items():
+    run_id = fmnist.run(attention=attention).run_id
+    row = next(line for line in rows if line.startswith(f"| {run_id} |"))
+    assert row.endswith(f" | 0123456 | {trained_on} |"), row
+
+
 def _calibration_archive(archive, softmax_20_epochs, other_lr=None):
   """The calibration runs: 10-epoch softmax 0.900 (flat last quarter), relu 0.880; 20 epochs:
   relu 0.885 and softmax `softmax_20_epochs`; with `other_lr` = (softmax accuracy, its last

@@ -132,6 +132,7 @@ def test_a_launch_record_says_where_the_trainer_resumes_and_what_it_preloads(tmp
   study.record_launch(tmp_path, env)
   launches = [json.loads(line) for line in (tmp_path / study.LAUNCHES_FILE).open()]
   assert [x["resumes_from_step"] for x in launches] == [0, 10]
+  assert all(x["cpu"] == study.machine()["cpu"] for x in launches)
   assert all((x["LD_PRELOAD"], x["GLIBC_TUNABLES"]) == (env["LD_PRELOAD"],
                                                         "glibc.malloc.hugetlb=1")
              for x in launches)

@@ -157,18 +157,22 @@ def status(root: pathlib.Path, archive: pathlib.Path, run: sweep_lib.Run) -> str
   return "running" if state == "missing" and parking.newest_step(parked) is not None else state
 
 
-def machine() -> dict[str, Any]:
-  """What this machine is, for the provenance of the runs trained on it."""
-  cpu = "unknown"
+def cpu_model() -> str:
+  """This machine's CPU model name (/proc/cpuinfo), 'unknown' where it has none."""
   try:
     for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
       if line.startswith("model name"):
-        cpu = line.split(":", 1)[1].strip()
-        break
+        return line.split(":", 1)[1].strip()
   except OSError:
     pass
+  return "unknown"
+
+
+def machine() -> dict[str, Any]:
+  """What this machine is, for the provenance of the runs finished on it (launches.jsonl
+  names the CPU of every start)."""
   import jax  # pylint: disable=g-import-not-at-top  (the study itself needs no accelerator)
-  return {"cpu": cpu, "cores": os.cpu_count(), "jax_backend": jax.default_backend(),
+  return {"cpu": cpu_model(), "cores": os.cpu_count(), "jax_backend": jax.default_backend(),
           "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__}
 
 
@@ -193,11 +197,11 @@ def trainer_env(root: pathlib.Path, code: pathlib.Path | None) -> dict[str, str]
 
 
 def record_launch(workdir: pathlib.Path, env: Mapping[str, str]) -> None:
-  """Appends to `workdir`/LAUNCHES_FILE when a trainer starts, the step it resumes from and the
-  environment that sets its speed (not its results), so each run's core hours can be read
-  for what they are."""
+  """Appends to `workdir`/LAUNCHES_FILE when a trainer starts, the step it resumes from, the
+  CPU it runs on and the environment that sets its speed (not its results), so each run's
+  core hours can be read for what they are, and a run resumed on another machine says so."""
   line = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-          "resumes_from_step": parking.newest_step(workdir) or 0,
+          "resumes_from_step": parking.newest_step(workdir) or 0, "cpu": cpu_model(),
           **{name: env.get(name, "") for name in SPEED_ENV}}
   with open(workdir / LAUNCHES_FILE, "a") as f:
     f.write(json.dumps(line) + "\n")
