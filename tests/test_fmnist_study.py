@@ -14,7 +14,7 @@ from conftest import ROOT
 
 from big_vision_relu import config as config_lib
 from big_vision_relu.data import datasets, fashion_mnist
-from big_vision_relu.experiments import fmnist, fmnist_report, study
+from big_vision_relu.experiments import fmnist, fmnist_report, provenance, study
 from big_vision_relu.experiments import sweep as sweep_lib
 
 SWEEPS = [f"configs/study/{name}.py"
@@ -177,9 +177,9 @@ def test_the_runs_table_says_which_cpu_trained_each_part_of_a_run(tmp_path):
     _archive_run(archive, run, dict.fromkeys(steps, 0.9), transfer=0.5)
     directory = study.archived_dir(archive, run)
     if launches:
-      (directory / study.LAUNCHES_FILE).write_text(
+      (directory / provenance.LAUNCHES_FILE).write_text(
           "".join(json.dumps(x) + "\n" for x in launches))
-    (directory / study.PROVENANCE_FILE).write_text(
+    (directory / provenance.PROVENANCE_FILE).write_text(
         json.dumps({"commit": "0123456789", "machine": {"cpu": finished_on}}))
   rows = fmnist_report.runs_table(fmnist_report.load_results(archive), {})
   for attention, trained_on in expected.items():
@@ -313,10 +313,9 @@ def test_a_pinned_study_trains_from_its_worktree_and_records_the_commit(fixture_
     assert json.loads((archive / study.STUDY_FILE).read_text()) == {"plan": "fmnist",
                                                                      "commit": head}
     run = fmnist.run(attention="softmax")
-    provenance = json.loads((study.archived_dir(archive, run) / study.PROVENANCE_FILE)
-                            .read_text())
-    assert provenance["commit"] == head
-    assert provenance["machine"]["jax_backend"] == "cpu" and provenance["machine"]["cores"] > 0
+    record = provenance.read_provenance(study.archived_dir(archive, run))
+    assert record["commit"] == head
+    assert record["machine"]["jax_backend"] == "cpu" and record["machine"]["cores"] > 0
     # The trainer ran the worktree's code, not this checkout's.
     log = (root / "runs" / run.run_id / "train.log").read_text()
     assert str(root / "code" / "big_vision_relu" / "train.py") in _traced_module(root, env)

@@ -15,7 +15,8 @@ from conftest import ROOT
 
 from big_vision_relu import checkpoint
 from big_vision_relu import metrics as metrics_lib
-from big_vision_relu.experiments import parking, repro, run_status, study, tables
+from big_vision_relu.experiments import parking, provenance, repro, run_status, study
+from big_vision_relu.experiments import tables
 from big_vision_relu.experiments import sweep as sweep_lib
 from big_vision_relu.models.attention import ACTIVATIONS
 
@@ -92,9 +93,9 @@ def test_a_two_run_study_trains_archives_reports_and_resumes(offline_data_dir, t
     # The archive keeps the results, not the checkpoints.
     archived = study.archived_dir(archive, item.run)
     assert sorted(p.name for p in archived.iterdir()) == [
-        "config.json", study.LAUNCHES_FILE, "metrics.jsonl"]
+        "config.json", provenance.LAUNCHES_FILE, "metrics.jsonl"]
     # One start, from scratch, with the trainers' malloc.
-    launches = [json.loads(line) for line in (archived / study.LAUNCHES_FILE).open()]
+    launches = [json.loads(line) for line in (archived / provenance.LAUNCHES_FILE).open()]
     assert [(x["resumes_from_step"], x["LD_PRELOAD"]) for x in launches] == [
         (0, study.TRAINER_MALLOC)]
   # The figure's sweep sees the archived runs through its links; the rest is missing.
@@ -126,13 +127,13 @@ def test_a_launch_record_says_where_the_trainer_resumes_and_what_it_preloads(tmp
   env = study.trainer_env(tmp_path, code=tmp_path / "code")
   assert env["LD_PRELOAD"] == f"{study.TRAINER_MALLOC} libfaketime.so.1"
   assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "code")
-  study.record_launch(tmp_path, env)
+  provenance.record_launch(tmp_path, env)
   for step in ("2", "10", "tmp-orbax"):  # checkpoint steps, and a directory that is not one
     (tmp_path / "checkpoints" / step).mkdir(parents=True)
-  study.record_launch(tmp_path, env)
-  launches = [json.loads(line) for line in (tmp_path / study.LAUNCHES_FILE).open()]
+  provenance.record_launch(tmp_path, env)
+  launches = [json.loads(line) for line in (tmp_path / provenance.LAUNCHES_FILE).open()]
   assert [x["resumes_from_step"] for x in launches] == [0, 10]
-  assert all(x["cpu"] == study.machine()["cpu"] for x in launches)
+  assert all(x["cpu"] == provenance.machine()["cpu"] for x in launches)
   assert all((x["LD_PRELOAD"], x["GLIBC_TUNABLES"]) == (env["LD_PRELOAD"],
                                                         "glibc.malloc.hugetlb=1")
              for x in launches)
@@ -152,7 +153,7 @@ def test_the_trainers_malloc_changes_their_speed_not_their_results(offline_data_
   config = "configs/repro/mnist_vit.py:size=Ti,patch=4,runlocal"
   plain = {**os.environ, "TFDS_DATA_DIR": offline_data_dir, "JAX_PLATFORMS": "cpu",
            "XLA_FLAGS": ""}
-  for name in study.SPEED_ENV:
+  for name in provenance.SPEED_ENV:
     plain.pop(name, None)
   allocators = {"glibc": plain,
                 "hugetlb": {**plain, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
@@ -332,7 +333,7 @@ def test_a_run_parked_and_resumed_on_a_fresh_machine_ends_as_if_never_stopped(of
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert "resumes from its parked checkpoint, step 2" in resumed.stderr
   archived = study.archived_dir(archive, item.run)
-  launches = [json.loads(line) for line in (archived / study.LAUNCHES_FILE).open()]
+  launches = [json.loads(line) for line in (archived / provenance.LAUNCHES_FILE).open()]
   assert [x["resumes_from_step"] for x in launches] == [0, 2]
   assert not parking.parked_dir(archive, item.run.run_id).exists()
   # The curve from before the stop is kept; every result equals the uninterrupted run's.

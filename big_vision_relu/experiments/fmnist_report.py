@@ -25,7 +25,7 @@ from absl import app, flags
 
 from big_vision_relu import metrics as metrics_lib
 from big_vision_relu.experiments import decision_rules as rules_lib
-from big_vision_relu.experiments import fmnist, run_status, stats, study
+from big_vision_relu.experiments import fmnist, provenance, run_status, stats, study
 from big_vision_relu.experiments import sweep as sweep_lib
 
 matplotlib.use("Agg")
@@ -49,7 +49,7 @@ class RunResult:
   transfer: float | None
   core_hours: float | None
   provenance: dict[str, Any]
-  starts: tuple[tuple[int, str], ...] = ()  # (step it resumed from, CPU) of each trainer start
+  trained_on: str = "-"  # the CPU of each start (`provenance.trained_on`)
 
   @property
   def accuracy(self) -> float | None:
@@ -74,33 +74,9 @@ def load_run(archive: pathlib.Path, run: sweep_lib.Run) -> RunResult:
   curve = {s: r[ACCURACY] for s, r in sorted(records.items()) if s > 1 and ACCURACY in r}
   values = run_status.last_values({s: r for s, r in records.items() if s > 1},
                               (TRANSFER, "core_hours"))
-  provenance_file = directory / study.PROVENANCE_FILE
-  provenance = json.loads(provenance_file.read_text()) if provenance_file.exists() else {}
   return RunResult(run, row.status, curve, row.total_steps, values.get(TRANSFER),
-                   values.get("core_hours"), provenance, _starts(directory, provenance))
-
-
-def _starts(directory: pathlib.Path, provenance: Mapping[str, Any]) -> tuple[tuple[int, str], ...]:
-  """(step, CPU) of each start in the run's launch record. Starts before launches named their
-  CPU (2026-11-25) get '?', except the last: the study that made it also finished the run, on
-  the machine its provenance names."""
-  path = directory / study.LAUNCHES_FILE
-  launches = [json.loads(line) for line in path.open()] if path.exists() else []
-  finished_on = provenance.get("machine", {}).get("cpu", "?")
-  return tuple((x["resumes_from_step"], x.get("cpu", finished_on if i == len(launches) - 1
-                                               else "?")) for i, x in enumerate(launches))
-
-
-def _short_cpu(cpu: str) -> str:
-  return " ".join(cpu.replace("(R)", "").replace("Processor", "").split())
-
-
-def _trained_on(r: RunResult) -> str:
-  """'AMD EPYC from 0, Intel Xeon from 8095'; for a run from before launch records, the CPU
-  that finished it."""
-  if not r.starts:
-    return f"finished on {_short_cpu(r.provenance.get('machine', {}).get('cpu', '?'))}"
-  return ", ".join(f"{_short_cpu(cpu)} from {step}" for step, cpu in r.starts)
+                   values.get("core_hours"), provenance.read_provenance(directory),
+                   provenance.trained_on(directory))
 
 
 def _by_seed(results: Sequence[RunResult], **args: Any) -> dict[int, float]:
@@ -149,7 +125,7 @@ def runs_table(results: Sequence[RunResult], baselines: Mapping[int, Mapping[str
                  _beats(r.transfer, base.get("fewshot/pixels/10shot_avg")),
                  _beats(r.transfer, _random_init_transfer(base)),
                  f"{r.core_hours:.2f}" if r.core_hours is not None else "-",
-                 r.provenance.get("commit", "-")[:7], _trained_on(r)))
+                 r.provenance.get("commit", "-")[:7], r.trained_on))
   return _table(("run", "test acc %", "> pixel 1-NN", "> pixel ridge", "10-shot %",
                  "> pixels", "> random init", "core hours", "commit", "CPU from step"), rows)
 

@@ -58,17 +58,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from absl import app, flags, logging
 
 from big_vision_relu.experiments import fmnist, parking, repro, run_status
+from big_vision_relu.experiments import provenance as provenance_lib
 from big_vision_relu.experiments import sweep as sweep_lib
 
 PLANS = {"repro": repro, "fmnist": fmnist}
 STUDY_FILE = "study.json"  # in the archive: the plan and the pinned commit
-PROVENANCE_FILE = "provenance.json"  # in each archived run
 # The trainers' launcher, run as a file of this checkout in isolated mode (-I: neither PYTHONPATH
 # nor the script's directory on sys.path), not by module path from the trainer's tree: a pinned
 # worktree at an older commit has it elsewhere (big_vision_relu/pinned.py), or not at all.
@@ -79,8 +79,6 @@ PINNED_LAUNCHER = (sys.executable, "-I", str(pathlib.Path(__file__).with_name("p
 # bit-identical (docs/benchmarks.md section 3; tests/test_study.py).
 TRAINER_MALLOC = "libtcmalloc_minimal.so.4"
 TRAINER_MALLOC_PACKAGE = "libtcmalloc-minimal4"  # Debian's
-SPEED_ENV = ("LD_PRELOAD", "GLIBC_TUNABLES")  # recorded at each start of a trainer
-LAUNCHES_FILE = "launches.jsonl"  # in a run's workdir: one line per trainer start
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +136,8 @@ def run_dir(root: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
 
 DONE = ("finished", "diverged")
 # What the archive keeps of a run (the reports read these; checkpoints stay behind).
-ARCHIVED_FILES = ("config.json", "metrics.jsonl", LAUNCHES_FILE, run_status.DIVERGED_FILE)
+ARCHIVED_FILES = ("config.json", "metrics.jsonl", provenance_lib.LAUNCHES_FILE,
+                  run_status.DIVERGED_FILE)
 
 
 def archived_dir(archive: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
@@ -155,25 +154,6 @@ def status(root: pathlib.Path, archive: pathlib.Path, run: sweep_lib.Run) -> str
   state = run_status.collect_run(run, run_dir(root, run)).status
   parked = parking.parked_dir(archive, run.run_id)
   return "running" if state == "missing" and parking.newest_step(parked) is not None else state
-
-
-def cpu_model() -> str:
-  """This machine's CPU model name (/proc/cpuinfo), 'unknown' where it has none."""
-  try:
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-      if line.startswith("model name"):
-        return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return "unknown"
-
-
-def machine() -> dict[str, Any]:
-  """What this machine is, for the provenance of the runs finished on it (launches.jsonl
-  names the CPU of every start)."""
-  import jax  # pylint: disable=g-import-not-at-top  (the study itself needs no accelerator)
-  return {"cpu": cpu_model(), "cores": os.cpu_count(), "jax_backend": jax.default_backend(),
-          "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__}
 
 
 def check_trainer_malloc() -> None:
@@ -196,17 +176,6 @@ def trainer_env(root: pathlib.Path, code: pathlib.Path | None) -> dict[str, str]
   return env
 
 
-def record_launch(workdir: pathlib.Path, env: Mapping[str, str]) -> None:
-  """Appends to `workdir`/LAUNCHES_FILE when a trainer starts, the step it resumes from, the
-  CPU it runs on and the environment that sets its speed (not its results), so each run's
-  core hours can be read for what they are, and a run resumed on another machine says so."""
-  line = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-          "resumes_from_step": parking.newest_step(workdir) or 0, "cpu": cpu_model(),
-          **{name: env.get(name, "") for name in SPEED_ENV}}
-  with open(workdir / LAUNCHES_FILE, "a") as f:
-    f.write(json.dumps(line) + "\n")
-
-
 def archive_run(root: pathlib.Path, archive: pathlib.Path, item: PlannedRun,
                 provenance: dict[str, Any] | None = None) -> None:
   """Copies a done run's ARCHIVED_FILES to the archive (replacing any older copy whole: the new
@@ -220,7 +189,7 @@ def archive_run(root: pathlib.Path, archive: pathlib.Path, item: PlannedRun,
     if (run_dir(root, item.run) / name).exists():
       shutil.copy2(run_dir(root, item.run) / name, partial / name)
   if provenance is not None:
-    (partial / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")
+    (partial / provenance_lib.PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")
   shutil.rmtree(target, ignore_errors=True)
   partial.rename(target)
   link_sweep_dirs(archive, item)
@@ -255,7 +224,8 @@ class Study:
     self.root, self.archive, self.planned, self.workers = root, archive, planned, workers
     self.extra_config_args, self.niceness = extra_config_args, niceness
     self.code = code  # the pinned worktree the trainers run from (None: this checkout)
-    self.provenance = None if commit is None else {"commit": commit, "machine": machine()}
+    self.provenance = None if commit is None else {"commit": commit,
+                                                   "machine": provenance_lib.machine()}
     self._stopping = threading.Event()
     self._children: set[subprocess.Popen] = set()
     self._lock = threading.Lock()
@@ -286,7 +256,7 @@ class Study:
       with self._lock:
         if self._stopping.is_set():
           return
-        record_launch(workdir, env)
+        provenance_lib.record_launch(workdir, env)
         child = subprocess.Popen(self.command(item.run, core), stdout=log,
                                  stderr=subprocess.STDOUT, env=env, cwd=self.code)
         self._children.add(child)
