@@ -172,7 +172,9 @@ def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(offline_data_di
   # Same optimizer structure (the checkpoint must restore), absurd learning rate: a deliberate
   # change of the workdir's config.
   config = tiny_config(offline_data_dir, total_steps=6, lr=1e30)
-  caplog.set_level(logging.INFO)
+  # On absl's logger too: a test before this one in the same worker may have set absl's
+  # verbosity (flag parsing does), which would drop the INFO line checked below.
+  caplog.set_level(logging.INFO, logger="absl")
   with pytest.raises(FloatingPointError, match=r"Non-finite loss or gradients at step \d+.*"
                      r"last good checkpoint is step 2"):
     train_lib.train(config, str(workdir), allow_config_change=True)
