@@ -4,7 +4,7 @@
 # stop, a reboot or on a fresh checkout.
 #
 #   bash launch/study.sh fmnist              # start / resume in the background
-#   bash launch/study.sh fmnist status       # per-phase progress
+#   bash launch/study.sh fmnist status       # per-phase progress; started runs' checkpoint steps
 #   bash launch/study.sh fmnist park         # copies the unfinished runs' newest checkpoints to
 #                                            # ARCHIVE/parked; the study trains on
 #   bash launch/study.sh fmnist stop         # trainers checkpoint and exit; waits for it, then

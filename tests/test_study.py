@@ -328,6 +328,9 @@ def test_a_run_parked_and_resumed_on_a_fresh_machine_ends_as_if_never_stopped(of
     parked = _study(root, archive, "--phases", "0", "--park", data_dir=offline_data_dir)
   assert f"parked {item.run.run_id} at step 2" in parked.stdout, parked.stderr[-3000:]
   assert (parking.parked_dir(archive, item.run.run_id) / "metrics.jsonl").read_text() == before
+  status = _study(root, archive, "--phases", "0", "--status", data_dir=offline_data_dir)
+  assert (f"started {item.run.run_id}: checkpoint step 2 in the workdir, 2 parked"
+          in status.stdout), status.stdout
   shutil.rmtree(root)  # the next session's machine has the archive only
   resumed = _study(root, archive, *args, data_dir=offline_data_dir)
   assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -384,15 +384,26 @@ def _acquire_lock(path: pathlib.Path, holder: str):
 
 def print_status(root: pathlib.Path, archive: pathlib.Path, planned: Sequence[PlannedRun],
                  phases: Sequence[tuple[str, dict[str, Any]]]) -> None:
+  """Per phase, how many runs are in each status; then, for each started run, the newest
+  checkpoint step in its workdir and in the archive's parked copy ('-': none)."""
   counts: dict[int, dict[str, int]] = {}
+  started = []
   for item in planned:
     phase = counts.setdefault(item.phase, dict.fromkeys(run_status.STATUSES, 0))
-    phase[status(root, archive, item.run)] += 1
+    state = status(root, archive, item.run)
+    phase[state] += 1
+    if state == "running":
+      started.append(item.run)
   for index, (path, selection) in enumerate(phases):
     c = counts.get(index, dict.fromkeys(run_status.STATUSES, 0))
     print(f"phase {index}: {path} {selection or 'all'}: {sum(c.values())} new runs, "
           f"{c['finished']} finished, {c['diverged']} diverged, {c['running']} started, "
           f"{c['missing']} not started")
+  for run in started:
+    here = parking.newest_step(run_dir(root, run))
+    parked = parking.newest_step(parking.parked_dir(archive, run.run_id))
+    print(f"started {run.run_id}: checkpoint step {'-' if here is None else here} in the "
+          f"workdir, {'-' if parked is None else parked} parked")
 
 
 def main(argv: list[str]) -> None:
