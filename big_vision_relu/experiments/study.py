@@ -14,8 +14,9 @@ run on both cores, and a run's core hours are then its own CPU time).
 
 The archive (`--archive`; launch/repro.sh gives results/repro, committed to the repository):
 when a run is done the study copies its results, config.json, metrics.jsonl, launches.jsonl
-(each start of its trainer: when, the step it resumed from, the speed-setting LD_PRELOAD and
-GLIBC_TUNABLES; runs and steps from before that file existed ran with glibc's malloc) and
+(each start of its trainer: when, the step it resumed from, the CPU, the speed-setting
+LD_PRELOAD and GLIBC_TUNABLES: `provenance.py`; runs and steps from before that file existed
+ran with glibc's malloc) and
 DIVERGED if any, but no checkpoints, to `<archive>/runs/<run id>`, which is where
 `big_vision_relu.experiments.report --root <archive>` looks (sweep.workdir), and links it from
 each of its sweeps' directories `<archive>/<sweep>/<run id>` for browsing. The study may take
