@@ -44,15 +44,13 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from absl import flags, logging
 from etils import epath
 
 # JAX is imported where it is used: `supervise` forks before it is imported (a fork is only
 # safe while the process has one thread), and it imports this module.
-if TYPE_CHECKING:
-  import jax
 
 # A distinct status for "a peer died": launch scripts and sweep loops can tell it from a bug.
 PEER_LOST_EXIT_CODE = 75  # EX_TEMPFAIL: re-running is the fix
