@@ -55,8 +55,8 @@ def test_plan_trains_every_run_once_phase_a_and_calibration_first():
 def test_the_two_runs_of_a_paired_difference_are_adjacent_in_the_plan():
   """The study trains two runs at once in plan order, so each seed's pair of a paired claim
   that has not started yet (Figure 1's softmax and relu/L at L = 49: phase 4; relu2's alpha 0
-  and 1 at seeds 1-2: phase 9) comes as two adjacent runs: they train at the same time, on one
-  machine (docs/reproduction.md 1.4)."""
+  and 1 at seeds 1-2: phase 9) comes as two adjacent runs, started together or one after the
+  other: on one machine (docs/reproduction.md 1.4)."""
   planned = study.plan(fmnist.PHASES)
   for phase, contrast in ((4, "attention"), (9, "alpha")):
     runs = [p.run for p in planned if p.phase == phase]

@@ -10,7 +10,7 @@ FIGURE = fmnist.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  # A seed's softmax and relu/L side by side (the study trains two runs at once), so the pair
-  # of each paired difference trains on the same machine (docs/reproduction.md 1.4).
+  # A seed's softmax and relu/L next to each other: the study's two workers start them together
+  # or one after the other, so a pair trains on one machine (docs/reproduction.md 1.4).
   return [fmnist.run(size=size, patch=4, attention=a, seed=seed) for size in fmnist.SIZES
           for seed in fmnist.SEEDS for a in ("softmax", "relu")]
