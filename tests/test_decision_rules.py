@@ -78,8 +78,9 @@ def test_baselines_veto_and_the_held_out_spread():
   assert not rules.inside_seed_spread(0.931, seeds)
 
 
-def _result(run, accuracy):
-  return fmnist_report.RunResult(run, "finished", {9375: accuracy}, 9375, None, None, {})
+def _result(run, accuracy, starts=((0, "AMD EPYC"),)):
+  return fmnist_report.RunResult(run, "finished", {9375: accuracy}, 9375, None, None, {},
+                                 starts)
 
 
 def test_claims_table_judges_every_rule():
@@ -90,7 +91,9 @@ def test_claims_table_judges_every_rule():
   results = [_result(fmnist.run(attention=a, alpha=alpha, seed=s), acc)
              for (a, alpha), accs in phase_a.items() for s, acc in enumerate(accs)]
   fig1_s = {"relu": (0.88, 0.86, 0.90), "softmax": (0.89, 0.885, 0.885)}
-  results += [_result(fmnist.run(size="S", patch=4, attention=a, seed=s), acc)
+  results += [_result(fmnist.run(size="S", patch=4, attention=a, seed=s), acc,
+                      ((0, "AMD EPYC"), (700, "Intel Xeon")) if (a, s) == ("relu", 2) else
+                      ((0, "AMD EPYC"),))
               for a, accs in fig1_s.items() for s, acc in enumerate(accs)]
   results += [_result(fmnist.run(attention="relu", alpha=0.0, qk_norm=False), 0.880),
               _result(fmnist.run(attention="identity", alpha=1.0), 0.84)]
@@ -109,16 +112,16 @@ def test_claims_table_judges_every_rule():
                 if abs(d.mean() + 0.01) > 2 * d.std(ddof=1) / np.sqrt(n))
   assert rows["relu/L approaches or matches softmax (Fig. 1, S, L = 49)"] == [
       "relu a1 S L=49 - softmax S L=49", f"{100 * d.mean():+.2f}", f"{100 * se:.2f} (SE)",
-      "0, 1, 2", "inconclusive", f"{needed} |"]
-  assert rows["relu/L approaches or matches softmax (Fig. 1, Ti, L = 196)"][4] == (
-      "does not hold")  # -2.8 points, SE 0.3
-  assert rows["alpha 1 at least as good as alpha 0 (Fig. 2, relu)"][4] == "holds"
-  assert rows["qk-LayerNorm has little effect (Fig. 3, relu, alpha 0)"][1:5] == [
-      "-2.00", f"{100 * noise:.2f} (noise)", "0", "does not hold"]
-  assert rows["removing the activation hurts (Fig. 2)"][4] == (
+      "0, 1, 2", "AMD EPYC, Intel Xeon", "inconclusive", f"{needed} |"]
+  assert rows["relu/L approaches or matches softmax (Fig. 1, Ti, L = 196)"][4:6] == [
+      "AMD EPYC", "does not hold"]  # -2.8 points, SE 0.3
+  assert rows["alpha 1 at least as good as alpha 0 (Fig. 2, relu)"][5] == "holds"
+  assert rows["qk-LayerNorm has little effect (Fig. 3, relu, alpha 0)"][1:6] == [
+      "-2.00", f"{100 * noise:.2f} (noise)", "0", "AMD EPYC", "does not hold"]
+  assert rows["removing the activation hurts (Fig. 2)"][5] == (
       "not measured (identity a1: a run at or below a pixel baseline)")
-  assert rows["the gate does not remove the need for L scaling (Fig. 4, relu)"][4] == (
-      "not yet measured")
+  assert rows["the gate does not remove the need for L scaling (Fig. 4, relu)"][3:6] == [
+      "-", "-", "not yet measured"]
   # Without phase A's three seeds there is no sigma: single-seed rows wait.
   partial = [r for r in results if r.run.args["seed"] != 2]
   text = "\n".join(fmnist_report.claims_table(partial, {2: base, 4: base}))
@@ -127,5 +130,8 @@ def test_claims_table_judges_every_rule():
   # Paired rows on 2 of the 3 planned seeds are judged by the same rule, marked interim.
   rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in text.splitlines()
           if line.startswith("| ") and " | " in line}
-  assert rows["relu/L approaches or matches softmax (Fig. 1, Ti, L = 196)"][3:5] == [
-      "0, 1", "does not hold (interim: 2 of 3 seeds)"]
+  assert rows["relu/L approaches or matches softmax (Fig. 1, Ti, L = 196)"][3:6] == [
+      "0, 1", "AMD EPYC", "does not hold (interim: 2 of 3 seeds)"]
+  # The CPUs are those of the seeds compared: without seed 2, S's relu run on Intel is not one.
+  assert rows["relu/L approaches or matches softmax (Fig. 1, S, L = 49)"][3:5] == [
+      "0, 1", "AMD EPYC"]

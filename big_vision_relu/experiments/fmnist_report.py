@@ -49,7 +49,7 @@ class RunResult:
   transfer: float | None
   core_hours: float | None
   provenance: dict[str, Any]
-  trained_on: str = "-"  # the CPU of each start (`provenance.trained_on`)
+  starts: provenance.Starts = ()  # the CPU of each start (`provenance.starts`)
 
   @property
   def accuracy(self) -> float | None:
@@ -76,14 +76,19 @@ def load_run(archive: pathlib.Path, run: sweep_lib.Run) -> RunResult:
                               (TRANSFER, "core_hours"))
   return RunResult(run, row.status, curve, row.total_steps, values.get(TRANSFER),
                    values.get("core_hours"), provenance.read_provenance(directory),
-                   provenance.trained_on(directory))
+                   provenance.starts(directory))
+
+
+def _runs_by_seed(results: Sequence[RunResult], **args: Any) -> dict[int, RunResult]:
+  """{seed: run} of the finished runs whose args match `args`."""
+  want = fmnist.run(**args).args
+  return {r.run.args["seed"]: r for r in results if r.accuracy is not None and all(
+      r.run.args[k] == v for k, v in want.items() if k != "seed")}
 
 
 def _by_seed(results: Sequence[RunResult], **args: Any) -> dict[int, float]:
   """{seed: final test accuracy} of the finished runs whose args match `args`."""
-  want = fmnist.run(**args).args
-  return {r.run.args["seed"]: r.accuracy for r in results if r.accuracy is not None and all(
-      r.run.args[k] == v for k, v in want.items() if k != "seed")}
+  return {seed: r.accuracy for seed, r in _runs_by_seed(results, **args).items()}
 
 
 def _pct(value: float | None, signed: bool = False) -> str:
@@ -125,7 +130,7 @@ def runs_table(results: Sequence[RunResult], baselines: Mapping[int, Mapping[str
                  _beats(r.transfer, base.get("fewshot/pixels/10shot_avg")),
                  _beats(r.transfer, _random_init_transfer(base)),
                  f"{r.core_hours:.2f}" if r.core_hours is not None else "-",
-                 r.provenance.get("commit", "-")[:7], r.trained_on))
+                 r.provenance.get("commit", "-")[:7], provenance.describe(r.starts)))
   return _table(("run", "test acc %", "> pixel 1-NN", "> pixel ridge", "10-shot %",
                  "> pixels", "> random init", "core hours", "commit", "CPU from step"), rows)
 
@@ -303,18 +308,21 @@ def phase_a_sigma(results: Sequence[RunResult]) -> float | None:
 
 def _judge(claim: Claim, results: Sequence[RunResult],
            baselines: Mapping[int, Mapping[str, float]], noise: float | None) -> tuple[str, ...]:
-  """(Delta, SE or noise, seeds, verdict, seeds to decide) of one claim, as table cells."""
+  """(Delta, SE or noise, seeds, their runs' CPUs, verdict, seeds to decide) of one claim, as
+  table cells."""
   a, b = _by_seed(results, **claim.a), _by_seed(results, **claim.b)
   if claim.rule == "paired":
     comparison = rules_lib.paired(a, b)
     if comparison is None:
-      return ("-", "-", "-", rules_lib.NOT_YET, "-")
+      return ("-", "-", "-", "-", rules_lib.NOT_YET, "-")
     delta, spread, seeds = comparison.delta, f"{100 * comparison.se:.2f} (SE)", comparison.seeds
   else:
     if 0 not in a or 0 not in b or noise is None:
-      return ("-", "-", "-", rules_lib.NOT_YET, "-")
+      return ("-", "-", "-", "-", rules_lib.NOT_YET, "-")
     delta, spread, seeds = a[0] - b[0], f"{100 * noise:.2f} (noise)", (0,)
-  cells = (f"{100 * delta:+.2f}", spread, ", ".join(map(str, seeds)))
+  arms = [_runs_by_seed(results, **arm) for arm in (claim.a, claim.b)]
+  cpus = sorted({cpu for runs in arms for s in seeds for _, cpu in runs[s].starts})
+  cells = (f"{100 * delta:+.2f}", spread, ", ".join(map(str, seeds)), ", ".join(cpus) or "-")
   base = baselines.get(fmnist.run(**claim.a).args["patch"], {})
   if "test/pixel_1nn" not in base or "test/pixel_ridge" not in base:
     return (*cells, f"{rules_lib.NOT_YET} (no pixel baselines)", "-")
@@ -344,7 +352,7 @@ def claims_table(results: Sequence[RunResult],
           for c in CLAIMS]
   margin = 100 * rules_lib.MARGIN
   return [
-      *_table(("claim", "Delta = A - B", "Delta (points)", "+-", "seeds", "verdict",
+      *_table(("claim", "Delta = A - B", "Delta (points)", "+-", "seeds", "CPUs", "verdict",
                "seeds to decide"), rows),
       f"- Paired rows (several seeds): mean Delta over seeds against m = {margin:g} point with "
       "2 SE; with 3 seeds 2 SE is lenient (t with 2 degrees of freedom puts 95% at 4.3 SE). "
@@ -356,7 +364,10 @@ def claims_table(results: Sequence[RunResult],
       + ("phase A is not finished yet." if sigma is None else
          f"sigma = {100 * sigma:.2f} points, noise = {100 * noise:.2f} points."),
       "- A verdict is 'not measured' when an arm has a run that does not beat both raw-pixel "
-      "baselines (1-NN and ridge), whatever Delta says.", ""]
+      "baselines (1-NN and ridge), whatever Delta says.",
+      "- CPUs: the CPU models that trained the row's runs (XLA:CPU's results differ between "
+      "models at rounding level; '?': a start recorded before starts named their CPU; "
+      "docs/reproduction.md 1.4).", ""]
 
 
 def transfer_table(results: Sequence[RunResult],

@@ -64,17 +64,26 @@ def _short_cpu(cpu: str) -> str:
   return " ".join(cpu.replace("(R)", "").replace("Processor", "").split())
 
 
-def trained_on(directory: pathlib.Path) -> str:
-  """The CPU of each start of an archived run: 'AMD EPYC from 0, Intel Xeon from 8095'.
+Starts = tuple[tuple[int | None, str], ...]
+
+
+def starts(directory: pathlib.Path) -> Starts:
+  """(step it resumed from, short CPU name) of each start of an archived run.
 
   Starts recorded before launches named their CPU get '?', except the last: the study that made
   it also finished the run, on the machine its provenance names. A run archived before launch
-  records existed: 'finished on <its provenance's CPU>'."""
-  finished_on = read_provenance(directory).get("machine", {}).get("cpu", "?")
+  records existed: ((None, the CPU that finished it),)."""
+  finished_on = _short_cpu(read_provenance(directory).get("machine", {}).get("cpu", "?"))
   path = directory / LAUNCHES_FILE
   if not path.exists():
-    return f"finished on {_short_cpu(finished_on)}"
+    return ((None, finished_on),)
   launches = [json.loads(line) for line in path.read_text().splitlines()]
-  return ", ".join(
-      f"{_short_cpu(x.get('cpu', finished_on if i == len(launches) - 1 else '?'))} "
-      f"from {x['resumes_from_step']}" for i, x in enumerate(launches))
+  return tuple((x["resumes_from_step"], _short_cpu(x["cpu"]) if "cpu" in x else
+                finished_on if i == len(launches) - 1 else "?")
+               for i, x in enumerate(launches))
+
+
+def describe(run_starts: Starts) -> str:
+  """'AMD EPYC from 0, Intel Xeon from 8095', or 'finished on AMD EPYC' (`starts`)."""
+  return ", ".join(f"finished on {cpu}" if step is None else f"{cpu} from {step}"
+                   for step, cpu in run_starts) or "-"
