@@ -310,7 +310,8 @@ def _judge(claim: Claim, results: Sequence[RunResult],
            baselines: Mapping[int, Mapping[str, float]], noise: float | None) -> tuple[str, ...]:
   """(Delta, SE or noise, seeds, their runs' CPUs, verdict, seeds to decide) of one claim, as
   table cells."""
-  a, b = _by_seed(results, **claim.a), _by_seed(results, **claim.b)
+  arms = [_runs_by_seed(results, **arm) for arm in (claim.a, claim.b)]
+  a, b = ({seed: r.accuracy for seed, r in runs.items()} for runs in arms)
   if claim.rule == "paired":
     comparison = rules_lib.paired(a, b)
     if comparison is None:
@@ -320,7 +321,6 @@ def _judge(claim: Claim, results: Sequence[RunResult],
     if 0 not in a or 0 not in b or noise is None:
       return ("-", "-", "-", "-", rules_lib.NOT_YET, "-")
     delta, spread, seeds = a[0] - b[0], f"{100 * noise:.2f} (noise)", (0,)
-  arms = [_runs_by_seed(results, **arm) for arm in (claim.a, claim.b)]
   cpus = sorted({cpu for runs in arms for s in seeds for _, cpu in runs[s].starts})
   cells = (f"{100 * delta:+.2f}", spread, ", ".join(map(str, seeds)), ", ".join(cpus) or "-")
   base = baselines.get(fmnist.run(**claim.a).args["patch"], {})
