@@ -5,7 +5,7 @@
 #
 #   bash launch/study.sh fmnist              # start / resume in the background
 #   bash launch/study.sh fmnist status       # per-phase progress; started runs' checkpoint steps
-#   bash launch/study.sh fmnist park         # copies the unfinished runs' newest checkpoints to
+#   bash launch/study.sh fmnist park         # copies the unarchived runs' newest checkpoints to
 #                                            # ARCHIVE/parked; the study trains on
 #   bash launch/study.sh fmnist stop         # trainers checkpoint and exit; waits for it, then
 #                                            # parks as 'park' does
@@ -15,8 +15,9 @@
 # a pinned study, ROOT/code: a git worktree at the study's commit, which the trainers run from.
 # ARCHIVE (default results/<plan>, committed) keeps every done run, study.json, the pinned
 # commit (the first start pins COMMIT, default HEAD; later starts use the recorded one), and
-# parked/: the newest checkpoints of unfinished runs, from which a start on any machine resumes
-# them (commit ARCHIVE after a park or a stop: a session's machine may not outlive it).
+# parked/: the newest checkpoints of runs not yet archived, from which a start on any machine
+# resumes (or archives) them (commit ARCHIVE after a park or a stop: a session's machine may
+# not outlive it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PLAN="${1:-}"

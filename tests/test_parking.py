@@ -1,4 +1,4 @@
-"""Parking unfinished runs in the archive (experiments/parking.py): what is copied, and that
+"""Parking runs not yet archived in the archive (experiments/parking.py): what is copied, and that
 nothing ahead is ever replaced. The end-to-end resume on a fresh machine is in test_study.py."""
 import json
 import shutil

@@ -347,3 +347,14 @@ def test_a_run_parked_and_resumed_on_a_fresh_machine_ends_as_if_never_stopped(of
   for step, values in whole.items():
     assert {k: v for k, v in again[step].items() if k not in speed} == {
         k: v for k, v in values.items() if k not in speed}, step
+  # A run done in its workdir whose study stopped before archiving it is parked too, and the
+  # next start on a fresh machine archives it from there without training it again.
+  shutil.rmtree(archived)
+  parked = _study(root, archive, "--phases", "0", "--park", data_dir=offline_data_dir)
+  assert f"parked {item.run.run_id} at step 4" in parked.stdout, parked.stderr[-3000:]
+  shutil.rmtree(root)
+  rearchived = _study(root, archive, "--phases", "0", "--max_runs", "0",
+                      data_dir=offline_data_dir)
+  assert "5 of 6 runs to do" in rearchived.stderr, rearchived.stderr[-3000:]
+  assert metrics_lib.read_metrics(archived) == again
+  assert not parking.parked_dir(archive, item.run.run_id).exists()

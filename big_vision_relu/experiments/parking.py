@@ -1,5 +1,5 @@
-"""Unfinished runs carried from machine to machine in the archive, so that a study resumes where
-it stopped from any checkout.
+"""Runs not yet archived carried from machine to machine in the archive, so that a study resumes
+where it stopped from any checkout.
 
 A run's checkpoints live in its workdir (`<root>/runs/<run id>/checkpoints`), on the machine
 that trains it; a session may end before the run does, and the next one may start on a fresh
@@ -26,11 +26,14 @@ import shutil
 import time
 
 from big_vision_relu import multihost
+from big_vision_relu.experiments import provenance, run_status
 
 PARKED_DIR = "parked"  # in the archive
-# With the newest checkpoint, what the trainer resumes from and the archive will keep. (The
-# TensorBoard event files stay behind: metrics.jsonl holds the same curves.)
-PARKED_FILES = ("config.json", "metrics.jsonl", "launches.jsonl")
+# With the newest checkpoint, what the trainer resumes from and the archive will keep (the
+# mark of a diverged run included). The TensorBoard event files stay behind: metrics.jsonl
+# holds the same curves.
+PARKED_FILES = ("config.json", "metrics.jsonl", provenance.LAUNCHES_FILE,
+                run_status.DIVERGED_FILE)
 
 
 def parked_dir(archive: pathlib.Path, run_id: str) -> pathlib.Path:

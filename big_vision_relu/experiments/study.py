@@ -36,8 +36,8 @@ last step (`run_status`'s rule), or when its trainer stopped on a non-finite los
 writes `DIVERGED` into its workdir: a result, not retried). Anything else is (re)started; the
 trainer resumes it from its last checkpoint in `<root>`, or from its parked one: `--park`
 (launch/study.sh's `park`, and its `stop` after the trainers have stopped) copies the newest
-checkpoint of each unfinished run into `<archive>/parked`, and a start on any machine puts back
-those its workdirs are behind (parking.py). SIGTERM / SIGINT
+checkpoint of each run not yet archived into `<archive>/parked`, and a start on any machine puts
+back those its workdirs are behind (parking.py) and archives those that are done. SIGTERM / SIGINT
 to the study are passed to the running trainers, which checkpoint and exit; if the study dies
 without that, the kernel sends its trainers SIGTERM (PR_SET_PDEATHSIG, set by
 `pinned.py`, which starts each trainer on its core). A lock file keeps a
@@ -316,13 +316,15 @@ class Study:
       thread.join()
 
 
-def park_unfinished(root: pathlib.Path, archive: pathlib.Path,
+def park_unarchived(root: pathlib.Path, archive: pathlib.Path,
                     planned: Sequence[PlannedRun]) -> list[str]:
-  """Parks (`parking.park`) every planned run that has a checkpoint and is not done, its
-  trainer running or not. Returns '<run id> at step <step>' for each."""
+  """Parks (`parking.park`) every planned run that has a checkpoint and is not archived, its
+  trainer running or not; a run done in its workdir too (its study stopped before archiving
+  it: the next start archives it from the parked copy instead of training it again). Returns
+  '<run id> at step <step>' for each."""
   parked = []
   for item in planned:
-    if status(root, archive, item.run) not in DONE:
+    if run_status.collect_run(item.run, archived_dir(archive, item.run)).status not in DONE:
       step = parking.park(run_dir(root, item.run),
                           parking.parked_dir(archive, item.run.run_id))
       if step is not None:
@@ -420,7 +422,7 @@ def main(argv: list[str]) -> None:
     return
   if FLAGS.park:  # beside a running study (parking.py says why that is safe), not another park
     with _acquire_lock(root / "park.lock", "Another --park"):
-      for line in park_unfinished(root, archive, planned):
+      for line in park_unarchived(root, archive, planned):
         print(f"parked {line} in {archive / parking.PARKED_DIR}")
     return
   lock = _acquire_lock(root / "study.lock", "Another study")
@@ -458,7 +460,7 @@ if __name__ == "__main__":
   flags.DEFINE_string("config_args", "", "Appended to every run's config argument, e.g. "
                       "'runlocal' for a smoke study (use another --root).")
   flags.DEFINE_bool("status", False, "Print per-phase progress and exit.")
-  flags.DEFINE_bool("park", False, "Copy the newest checkpoint of every started, unfinished run "
+  flags.DEFINE_bool("park", False, "Copy the newest checkpoint of every started run not archived "
                     "to <archive>/parked (parking.py; the next start on any machine resumes "
                     "from it) and exit; the study may be running.")
   app.run(main)
