@@ -155,6 +155,8 @@ def test_verdicts_on_a_synthetic_archive(tmp_path, monkeypatch):
       "fewshot/random_init/seed0/10shot_avg": 0.3}))
   text = fmnist_report.write(archive, tmp_path / "out").read_text()
   assert "(6 of 64 runs finished)" in text
+  # Compute by phase: the six runs' recorded core hours (0.9375 each: their last line's).
+  assert "| **total** | 64 | 6 | 5.6 | " in text
   assert "Held-out seed (relu/L, seed 3): not yet measured." in text
   fig1 = text.split("| relu/L approaches or matches softmax (Fig. 1, Ti, L = 196) | ")[1]
   # -4.4 points at SE 0.4 would not hold, but relu/L's seed 1 (0.850) is below the pixel 1-NN

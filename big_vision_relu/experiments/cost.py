@@ -35,13 +35,14 @@ def forward_flops_per_image(model_kwargs: dict, image_size: int = 224, channels:
   return stem + depth * per_layer + head
 
 
-def run_estimate(run: sweep.Run, *, peak_tflops: float, mfu: float) -> dict:
-  """{'steps', 'train_pflops', 'core_hours'} of one sweep run."""
+def run_estimate(run: sweep.Run, *, peak_tflops: float, mfu: float, image_size: int = 224,
+                 channels: int = 3) -> dict:
+  """{'steps', 'train_pflops', 'core_hours'} of one sweep run on images of that shape."""
   config = sweep.load_config(run)
   examples = recipes.TRAIN_SPLIT_SIZES[(config.input.data.name, config.input.data.split)]
   steps = math.ceil(config.total_epochs * examples / config.input.batch_size - 1e-9)
   flops = 3 * steps * config.input.batch_size * forward_flops_per_image(
-      dict(config.model), num_classes=config.num_classes)
+      dict(config.model), image_size, channels, config.num_classes)
   return {"steps": steps, "train_pflops": flops / 1e15,
           "core_hours": flops / (peak_tflops * 1e12 * mfu) / 3600}
 

@@ -25,7 +25,7 @@ from absl import app, flags
 
 from big_vision_relu import metrics as metrics_lib
 from big_vision_relu.experiments import decision_rules as rules_lib
-from big_vision_relu.experiments import fmnist, provenance, run_status, stats, study
+from big_vision_relu.experiments import fmnist, provenance, run_status, stats, study, study_cost
 from big_vision_relu.experiments import sweep as sweep_lib
 
 matplotlib.use("Agg")
@@ -457,6 +457,10 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
            *calibration_lines(results), "## Claims", "",
            *claims_table(results, baselines), *held_out_lines(results),
            "## 10-shot transfer by arm", "", *transfer_table(results, baselines),
+           "## Compute by phase", "",
+           "Core hours by the trainers' own count; what is left is an estimate "
+           "(`experiments/study_cost.py` says how it is made).", "",
+           *study_cost.table(archive, fmnist.PHASES, image_size=28, channels=1),
            "## Every finished run beside its baselines", "",
            *runs_table(results, baselines)]
   out.mkdir(parents=True, exist_ok=True)
