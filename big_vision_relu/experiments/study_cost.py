@@ -33,6 +33,7 @@ class RunCost:
 
 def run_cost(archive: pathlib.Path, item: study.PlannedRun, *, image_size: int,
              channels: int) -> RunCost:
+  """A planned run's cost record from the archive, its FLOPs counted on images of that shape."""
   estimate = cost.run_estimate(item.run, peak_tflops=1.0, mfu=1.0, image_size=image_size,
                                channels=channels)
   directory = study.archived_dir(archive, item.run)
