@@ -53,8 +53,8 @@ def test_left_scales_each_run_by_the_rate_of_its_patch_size_and_its_parked_progr
   assert [item.run.run_id for item in study.plan(PHASES)] == [
       r.run_id for r in (softmax, relu, softmax4, relu4)]
   for run in (softmax, relu, softmax4, relu4):  # Fashion-MNIST's shape, the run's batch and steps
-    assert cost.run_estimate(run, peak_tflops=1, mfu=1, image_size=28, channels=1)[
-        "train_pflops"] == pytest.approx(_pflops(run), rel=1e-12)
+    steps, flops = cost.training_steps_and_flops(sweep_lib.load_config(run), 28, 1)
+    assert (steps, flops / 1e15) == (9375, pytest.approx(_pflops(run), rel=1e-12))
   # Nothing done: nothing to scale from.
   assert [study_cost.left(c, study_cost.core_hours_per_pflop(_costs(archive)))
           for c in _costs(archive)] == [None] * 4

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+import ml_collections
 from absl import app, flags
 
 from big_vision_relu.experiments import recipes, sweep
@@ -35,14 +36,18 @@ def forward_flops_per_image(model_kwargs: dict, image_size: int = 224, channels:
   return stem + depth * per_layer + head
 
 
-def run_estimate(run: sweep.Run, *, peak_tflops: float, mfu: float, image_size: int = 224,
-                 channels: int = 3) -> dict:
-  """{'steps', 'train_pflops', 'core_hours'} of one sweep run on images of that shape."""
-  config = sweep.load_config(run)
+def training_steps_and_flops(config: ml_collections.ConfigDict, image_size: int = 224,
+                             channels: int = 3) -> tuple[int, int]:
+  """(steps, matmul FLOPs of the whole training) of a training config on images of that shape."""
   examples = recipes.TRAIN_SPLIT_SIZES[(config.input.data.name, config.input.data.split)]
   steps = math.ceil(config.total_epochs * examples / config.input.batch_size - 1e-9)
-  flops = 3 * steps * config.input.batch_size * forward_flops_per_image(
+  return steps, 3 * steps * config.input.batch_size * forward_flops_per_image(
       dict(config.model), image_size, channels, config.num_classes)
+
+
+def run_estimate(run: sweep.Run, *, peak_tflops: float, mfu: float) -> dict:
+  """{'steps', 'train_pflops', 'core_hours'} of one sweep run."""
+  steps, flops = training_steps_and_flops(sweep.load_config(run))
   return {"steps": steps, "train_pflops": flops / 1e15,
           "core_hours": flops / (peak_tflops * 1e12 * mfu) / 3600}
 

@@ -3,9 +3,10 @@
 Spent: the trainers' own `core_hours` (CPU seconds of the trainer processes over all their
 starts, compilation included), summed over a phase's done runs. Left: every run not done, at
 the core hours per training FLOP measured on the finished runs with the same patch size (on
-all finished runs while none has it yet), times its FLOPs (`cost.run_estimate`: matmuls only),
-less the share its parked checkpoint has trained. An estimate, and a low one where it borrows
-another patch size's rate: evaluation and input do not shrink with the matmul FLOPs.
+all finished runs while none has it yet), times its FLOPs (matmuls only:
+`cost.training_steps_and_flops`), less the share its parked checkpoint has trained. An
+estimate, and a low one where it borrows another patch size's rate: evaluation and input do not
+shrink with the matmul FLOPs.
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ class RunCost:
 def run_cost(archive: pathlib.Path, item: study.PlannedRun, *, image_size: int,
              channels: int) -> RunCost:
   """A planned run's cost record from the archive, its FLOPs counted on images of that shape."""
-  estimate = cost.run_estimate(item.run, peak_tflops=1.0, mfu=1.0, image_size=image_size,
-                               channels=channels)
+  config = sweep_lib.load_config(item.run)
+  steps, flops = cost.training_steps_and_flops(config, image_size, channels)
   directory = study.archived_dir(archive, item.run)
   status = run_status.collect_run(item.run, directory).status
   done = status in study.DONE
@@ -44,10 +45,9 @@ def run_cost(archive: pathlib.Path, item: study.PlannedRun, *, image_size: int,
     values = run_status.last_values(metrics_lib.read_metrics(directory), ("core_hours",))
     core_hours = values.get("core_hours")
   parked = parking.newest_step(parking.parked_dir(archive, item.run.run_id))
-  fraction = 0.0 if done or parked is None else min(parked / estimate["steps"], 1.0)
-  patch = tuple(sweep_lib.load_config(item.run).model.patch_size)
-  return RunCost(item.phase, patch, estimate["train_pflops"], done, status == "finished",
-                 core_hours, fraction)
+  fraction = 0.0 if done or parked is None else min(parked / steps, 1.0)
+  return RunCost(item.phase, tuple(config.model.patch_size), flops / 1e15, done,
+                 status == "finished", core_hours, fraction)
 
 
 def core_hours_per_pflop(costs: Sequence[RunCost]) -> dict[tuple[int, ...] | None, float]:
