@@ -49,3 +49,15 @@ def offline_data_dir(tmp_path_factory) -> str:
   for name in builders.OFFLINE_DATASETS:
     datasets.get_builder(name, path)
   return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_compilation_cache(tmp_path_factory):
+  """Gives the processes the tests start (trainers, studies, benchmarks) one persistent JAX
+  compilation cache, shared by the xdist workers: the suite's many short runs compile the same
+  few programs. Only subprocesses see it: this process's jax read its configuration when it was
+  imported, at collection. A cached executable is the same program, so no result changes."""
+  shared = tmp_path_factory.getbasetemp().parent  # every xdist worker's basetemp sits in it
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setenv("JAX_COMPILATION_CACHE_DIR", str(shared / "jax_cache"))
+    yield

@@ -127,6 +127,11 @@ def test_a_launch_record_says_where_the_trainer_resumes_and_what_it_preloads(tmp
   env = study.trainer_env(tmp_path, code=tmp_path / "code")
   assert env["LD_PRELOAD"] == f"{study.TRAINER_MALLOC} libfaketime.so.1"
   assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "code")
+  # The study's own compilation cache, unless the environment names one (as the suite does).
+  assert env["JAX_COMPILATION_CACHE_DIR"] == os.environ["JAX_COMPILATION_CACHE_DIR"]
+  monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
+  assert study.trainer_env(tmp_path, None)["JAX_COMPILATION_CACHE_DIR"] == str(
+      tmp_path / "jax_cache")
   provenance.record_launch(tmp_path, env)
   for step in ("2", "10", "tmp-orbax"):  # checkpoint steps, and a directory that is not one
     (tmp_path / "checkpoints" / step).mkdir(parents=True)

@@ -167,10 +167,10 @@ def check_trainer_malloc() -> None:
 
 
 def trainer_env(root: pathlib.Path, code: pathlib.Path | None) -> dict[str, str]:
-  """This process's environment plus what every trainer gets: TRAINER_MALLOC preloaded, the
-  study's JAX compilation cache, and the pinned code `code` (if any) ahead of any installed
-  copy."""
-  env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(root / "jax_cache")}
+  """This process's environment plus what every trainer gets: TRAINER_MALLOC preloaded, a JAX
+  compilation cache (the study's, `root`/jax_cache, unless JAX_COMPILATION_CACHE_DIR names
+  one), and the pinned code `code` (if any) ahead of any installed copy."""
+  env = {"JAX_COMPILATION_CACHE_DIR": str(root / "jax_cache"), **os.environ}
   env["LD_PRELOAD"] = " ".join(filter(None, [TRAINER_MALLOC, env.get("LD_PRELOAD")]))
   if code is not None:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))
