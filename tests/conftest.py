@@ -57,8 +57,8 @@ def _shared_compilation_cache(tmp_path_factory):
   compilation cache, shared by the xdist workers: the suite's many short runs compile the same
   few programs. Only subprocesses see it: this process's jax read its configuration when it was
   imported, at collection. A cached executable is the same program, so no result changes."""
-  base = tmp_path_factory.getbasetemp()
-  shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: one per worker
+  base = tmp_path_factory.getbasetemp()  # under xdist, a worker's own, in the session's dir
+  shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
   with pytest.MonkeyPatch.context() as mp:
     mp.setenv("JAX_COMPILATION_CACHE_DIR", str(shared / "jax_cache"))
     yield
