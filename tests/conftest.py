@@ -14,6 +14,9 @@ import socket
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Fixtures shared by test modules, as plugins: registered here, before the modules import them,
+# so pytest rewrites their asserts.
+pytest_plugins = ("tpu_scripts",)
 
 
 def load_config_module(relative_path: str):
