@@ -1,67 +1,28 @@
 """The trainer: sharded == unsharded, multi-process == single process, resume, preemption, errors.
 
 In-process runs use tiny models; the multi-process, kill -9 and SIGTERM tests start real
-`python -m big_vision_relu.train` processes.
+`python -m big_vision_relu.train` processes. Pods losing workers: test_train_pods.py.
 """
 import json
 import logging
-import os
 import pathlib
-import re
 import signal
-import socket
 import subprocess
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from big_vision_relu import config as cfg_lib
 from big_vision_relu import losses
-from big_vision_relu import multihost
 from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 from big_vision_relu import workdir_config
 
-from conftest import ROOT, load_config_module
-
-MAIN_CONFIG = "configs/local/mnist_relu.py"
-
-
-def tiny_config(data_dir: str, **overrides) -> ml_collections.ConfigDict:
-  """The main job's config shrunk to seconds: 1 block of width 16 on 16 tokens."""
-  config = load_config_module(MAIN_CONFIG).get_config("runlocal")
-  config.input.data.data_dir = data_dir
-  config.input.batch_size = 16
-  config.model = dict(patch_size=(7, 7), width=16, depth=1, mlp_dim=32, num_heads=2,
-                      attention="relu", qk_norm=True)
-  config.total_steps = 6
-  config.ckpt_steps = 2
-  config.log_training_steps = 1
-  config.evals = ml_collections.ConfigDict()
-  for key, value in overrides.items():
-    config[key] = value
-  return config
-
-
-def final_params(workdir) -> dict:
-  """The params of the newest checkpoint, read with orbax directly (no target tree)."""
-  directory = pathlib.Path(workdir) / "checkpoints"
-  step = max(int(p.name) for p in directory.iterdir() if p.name.isdigit())
-  # On this process's first device, whatever topology wrote it.
-  with ocp.StandardCheckpointer() as checkpointer:
-    path = (directory / str(step) / "state").absolute()
-    metadata = checkpointer.metadata(path).item_metadata
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                          metadata)
-    state = checkpointer.restore(path, target)
-  return step, jax.tree.map(np.asarray, state["params"])
+from trainer_processes import (MAIN_CONFIG, assert_trees_equal, final_params, free_port,
+                               spawn_trainer, tiny_config, write_config)
 
 
 def assert_trees_close(a, b, atol):
@@ -70,9 +31,6 @@ def assert_trees_close(a, b, atol):
   for (path, x), (_, y) in zip(flat_a, flat_b):
     np.testing.assert_allclose(x, y, atol=atol, rtol=0, err_msg=jax.tree_util.keystr(path))
 
-
-def assert_trees_equal(a, b):
-  jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
 def logged_records(workdir) -> list[dict]:
@@ -313,32 +271,10 @@ def test_a_config_without_loss_trains_with_the_schemas_default(offline_data_dir)
 
 # ------------------------------------------------------------------ real processes
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def _write_config(tmp_path, config, name="config.py") -> str:
-  """A config file holding `config` (as JSON), so subprocesses can take --config."""
-  path = tmp_path / name
-  path.write_text(
-      "import json\nimport ml_collections\n\n\ndef get_config():\n"
-      f"  return ml_collections.ConfigDict(json.loads({config.to_json()!r}))\n")
-  return str(path)
-
-
-def _spawn(config_path, workdir, *, devices, extra=(), env=None, **popen):
-  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-         "JAX_PLATFORMS": "cpu", **(env or {})}
-  return subprocess.Popen(
-      [sys.executable, "-m", "big_vision_relu.train", "--config", config_path,
-       "--workdir", str(workdir), *extra], env=env, cwd=ROOT, **popen)
-
 
 def _run(config_path, workdir, *, devices, extra=(), timeout=300, env=None):
-  proc = _spawn(config_path, workdir, devices=devices, extra=extra, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, env=env)
+  proc = spawn_trainer(config_path, workdir, devices=devices, extra=extra,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
   out, _ = proc.communicate(timeout=timeout)
   assert proc.returncode == 0, out[-3000:]
   return out
@@ -356,13 +292,14 @@ def test_two_processes_equal_one_process(offline_data_dir, tmp_path):
   config.evals.test = dict(type="classification", data=dict(
       name="mnist5k", split="test[:100]", data_dir=offline_data_dir),
       pp_fn=config.input.pp, batch_size=24)  # 100 examples: padding on both hosts
-  path = _write_config(tmp_path, config)
+  path = write_config(tmp_path, config)
   _run(path, tmp_path / "single", devices=4)
-  port = _free_port()
-  procs = [_spawn(path, tmp_path / "multi", devices=2, stdout=subprocess.PIPE,
-                  stderr=subprocess.STDOUT, text=True,
-                  extra=("--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2",
-                         "--process_id", str(i))) for i in range(2)]
+  port = free_port()
+  procs = [spawn_trainer(path, tmp_path / "multi", devices=2, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True,
+                         extra=("--coordinator_address", f"127.0.0.1:{port}",
+                                "--num_processes", "2", "--process_id", str(i)))
+           for i in range(2)]
   outs = [p.communicate(timeout=400)[0] for p in procs]
   for p, out in zip(procs, outs):
     assert p.returncode == 0, out[-3000:]
@@ -380,12 +317,13 @@ def test_two_processes_equal_one_process(offline_data_dir, tmp_path):
   before = _files(tmp_path / "multi")
   changed = config.copy_and_resolve_references()
   changed.lr = 1e-2
-  changed_path = _write_config(tmp_path, changed, "changed.py")
-  port = _free_port()
-  procs = [_spawn(changed_path, tmp_path / "multi", devices=2, stdout=subprocess.PIPE,
-                  stderr=subprocess.STDOUT, text=True,
-                  extra=("--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2",
-                         "--process_id", str(i))) for i in range(2)]
+  changed_path = write_config(tmp_path, changed, "changed.py")
+  port = free_port()
+  procs = [spawn_trainer(changed_path, tmp_path / "multi", devices=2, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True,
+                         extra=("--coordinator_address", f"127.0.0.1:{port}",
+                                "--num_processes", "2", "--process_id", str(i)))
+           for i in range(2)]
   for p in procs:
     out = p.communicate(timeout=400)[0]
     assert p.returncode != 0 and "ConfigChangedError" in out, out[-3000:]
@@ -410,13 +348,13 @@ def test_the_main_jobs_total_steps_can_be_set_on_the_command_line(offline_data_d
 @pytest.mark.slow
 def test_kill9_then_resume_is_bit_identical(offline_data_dir, tmp_path):
   config = tiny_config(offline_data_dir, total_steps=40, ckpt_steps=5, log_training_steps=5)
-  path = _write_config(tmp_path, config)
+  path = write_config(tmp_path, config)
   _run(path, tmp_path / "uninterrupted", devices=1)
   _, expected = final_params(tmp_path / "uninterrupted")
 
   workdir = tmp_path / "killed"
-  proc = _spawn(path, workdir, devices=1, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL)
+  proc = spawn_trainer(path, workdir, devices=1, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
   first = workdir / "checkpoints" / "5"
   deadline = time.monotonic() + 240
   while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
@@ -448,10 +386,10 @@ def test_kill9_then_resume_is_bit_identical(offline_data_dir, tmp_path):
 def test_sigterm_saves_and_exits_cleanly(offline_data_dir, tmp_path):
   config = tiny_config(offline_data_dir, total_steps=400, ckpt_steps=1000,
                        log_training_steps=1)
-  path = _write_config(tmp_path, config)
+  path = write_config(tmp_path, config)
   workdir = tmp_path / "run"
-  proc = _spawn(path, workdir, devices=1, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True)
+  proc = spawn_trainer(path, workdir, devices=1, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
   jsonl = workdir / "metrics.jsonl"
   deadline = time.monotonic() + 240
   while time.monotonic() < deadline and proc.poll() is None and (
@@ -463,154 +401,3 @@ def test_sigterm_saves_and_exits_cleanly(offline_data_dir, tmp_path):
   assert "Preemption notice (SIGTERM)" in out
   step, _ = final_params(workdir)
   assert 3 <= step < 400  # saved where it stopped, although no checkpoint was due
-
-
-# ------------------------------------------------------------------ pods: preemption, dead peers
-
-
-def _spawn_pair(path, workdir, logs, extra=()):
-  """Two real trainer processes (2 CPU devices each) joined on loopback, logging to `logs`
-  (files, not pipes: nobody reads a pipe while they run); `extra`: more trainer flags."""
-  port = _free_port()
-  return [_spawn(path, workdir, devices=2, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                 extra=("--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2",
-                        "--process_id", str(i), *extra)) for i, log in enumerate(logs)]
-
-
-def _wait_for_steps(workdir, procs, n, timeout=240):
-  jsonl = workdir / "metrics.jsonl"
-  deadline = time.monotonic() + timeout
-  while time.monotonic() < deadline and all(p.poll() is None for p in procs) and (
-      not jsonl.exists() or len(jsonl.read_text().splitlines()) < n):
-    time.sleep(0.05)
-  assert all(p.poll() is None for p in procs), "a trainer ended before the signal"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("signalled", ["all", "one"])
-def test_two_processes_sigterm_save_the_same_step_and_exit_0(offline_data_dir, tmp_path,
-                                                              signalled):
-  """SIGTERM to every worker (a preempted pod) or to one (a maintenance event on one host):
-  both processes agree on a step, save it, and exit 0 within 60 s."""
-  config = tiny_config(offline_data_dir, total_steps=100_000, ckpt_steps=1000,
-                       log_training_steps=1)
-  path = _write_config(tmp_path, config)
-  workdir = tmp_path / "run"
-  logs = [tmp_path / f"process{i}.log" for i in range(2)]
-  procs = _spawn_pair(path, workdir, logs)
-  _wait_for_steps(workdir, procs, 5)
-  sent = time.monotonic()
-  for proc in (procs if signalled == "all" else procs[1:]):
-    proc.send_signal(signal.SIGTERM)
-  for proc in procs:
-    proc.wait(timeout=60)
-  elapsed = time.monotonic() - sent
-  print(f"SIGTERM to {signalled}: both exited {elapsed:.1f} s later")
-  assert [p.returncode for p in procs] == [0, 0]
-  assert elapsed < 60
-  step, _ = final_params(workdir)
-  assert 5 <= step < 1000  # saved where they stopped, although no checkpoint was due
-  steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
-  assert steps == [step]
-  stopped = [re.findall(r"Preemption notice \(SIGTERM to this or another process\) at step "
-                        r"(\d+)", log.read_text()) for log in logs]
-  assert stopped == [[str(step)], [str(step)]], stopped
-
-
-def _kill9_and_wait_for_the_other(procs, victim: int) -> None:
-  """kill -9 of `procs[victim]`, then waits (at most 3 minutes) for the other to exit."""
-  other = 1 - victim
-  killed = time.monotonic()
-  procs[victim].send_signal(signal.SIGKILL)
-  procs[victim].wait()
-  procs[other].wait(timeout=180)
-  print(f"kill -9 of process {victim}: process {other} exited "
-        f"{time.monotonic() - killed:.1f} s later")
-
-
-@pytest.mark.slow
-def test_two_processes_kill9_of_one_stops_the_other_with_a_message(offline_data_dir, tmp_path):
-  """kill -9 of a worker: the other exits non-zero within 3 minutes, saying a peer was lost
-  and which checkpoint a re-run resumes from; that checkpoint is intact."""
-  config = tiny_config(offline_data_dir, total_steps=100_000, ckpt_steps=5,
-                       log_training_steps=1)
-  path = _write_config(tmp_path, config)
-  workdir = tmp_path / "run"
-  logs = [tmp_path / f"process{i}.log" for i in range(2)]
-  # A shorter watchdog than the default 60 s keeps the test short; the mechanism is the same.
-  procs = _spawn_pair(path, workdir, logs, extra=("--peer_timeout_s", "10"))
-  _wait_for_steps(workdir, procs, 12)
-  _kill9_and_wait_for_the_other(procs, victim=1)
-  assert procs[0].returncode == multihost.PEER_LOST_EXIT_CODE
-  step, params = final_params(workdir)  # restores: intact
-  assert step >= 5 and jax.tree.leaves(params)
-  lines = [l for l in logs[0].read_text().splitlines() if l.startswith("error: Lost a peer")]
-  assert len(lines) == 1, logs[0].read_text()[-3000:]
-  assert "process 1 sent no heartbeat" in lines[0]
-  assert f"resumes from checkpoint {step} in {workdir / 'checkpoints'}" in lines[0]
-
-
-@pytest.mark.slow
-def test_two_processes_kill9_of_the_coordinator_stops_the_other_then_resume(offline_data_dir,
-                                                                           tmp_path):
-  """kill -9 of process 0, which hosts JAX's coordination service (its runtime client in every
-  other process aborts at once): the other exits 75 within 3 minutes with one line naming
-  process 0 and the checkpoint on disk; that checkpoint is intact, and a re-run resumes from it."""
-  config = tiny_config(offline_data_dir, total_steps=20, ckpt_steps=5, log_training_steps=5)
-  path = _write_config(tmp_path, config)
-  workdir, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
-  logs = [tmp_path / f"process{i}.log" for i in range(2)]
-  procs = _spawn_pair(path, workdir, logs)
-  deadline = time.monotonic() + 300
-  while not (checkpoints / "5").exists() and time.monotonic() < deadline and all(
-      p.poll() is None for p in procs):
-    time.sleep(0.05)
-  assert all(p.poll() is None for p in procs), logs[0].read_text()[-3000:]
-  _kill9_and_wait_for_the_other(procs, victim=0)
-  log = logs[1].read_text()
-  assert procs[1].returncode == multihost.PEER_LOST_EXIT_CODE, log[-3000:]
-  step = multihost.latest_finalized_step(checkpoints)
-  assert 5 <= step < 20
-  assert final_params(workdir)[0] == step  # restores: intact
-  lines = [l for l in log.splitlines() if l.startswith("error: Lost a peer")]
-  assert len(lines) == 1, log[-3000:]
-  assert "process 0" in lines[0], lines[0]
-  assert f"resumes from checkpoint {step} in {checkpoints}." in lines[0], lines[0]
-
-  logs = [tmp_path / f"resumed{i}.log" for i in range(2)]
-  for proc in _spawn_pair(path, workdir, logs):
-    assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
-  assert f"Resumed from step {step} " in logs[0].read_text()
-  assert final_params(workdir)[0] == 20
-
-
-@pytest.mark.slow
-def test_two_processes_kill9_then_resume_equals_an_uninterrupted_run(offline_data_dir, tmp_path):
-  """A pod losing every worker at once (kill -9 of both), re-run: resumes from the last
-  checkpoint and ends bit-identical to an uninterrupted 2-process run."""
-  config = tiny_config(offline_data_dir, total_steps=30, ckpt_steps=5, log_training_steps=5)
-  path = _write_config(tmp_path, config)
-  logs = [tmp_path / f"uninterrupted{i}.log" for i in range(2)]
-  for proc in _spawn_pair(path, tmp_path / "uninterrupted", logs):
-    assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
-  _, expected = final_params(tmp_path / "uninterrupted")
-
-  workdir = tmp_path / "killed"
-  procs = _spawn_pair(path, workdir, [tmp_path / f"killed{i}.log" for i in range(2)])
-  first = workdir / "checkpoints" / "10"
-  deadline = time.monotonic() + 300
-  while not first.exists() and time.monotonic() < deadline and procs[0].poll() is None:
-    time.sleep(0.05)
-  for proc in procs:
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-  steps_at_kill = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir()
-                         if p.name.isdigit())
-  assert steps_at_kill and 30 not in steps_at_kill, steps_at_kill
-  logs = [tmp_path / f"resumed{i}.log" for i in range(2)]
-  for proc in _spawn_pair(path, workdir, logs):
-    assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
-  assert f"Resumed from step {steps_at_kill[-1]}" in logs[0].read_text()
-  step, resumed = final_params(workdir)
-  assert step == 30
-  assert_trees_equal(resumed, expected)

@@ -1,0 +1,162 @@
+"""The trainer on a pod of two real processes on loopback: preemption (SIGTERM to all or one),
+a lost peer (kill -9 of a worker or of the coordinator) and resume after losing every worker."""
+import re
+import signal
+import subprocess
+import time
+
+import jax
+import pytest
+
+from big_vision_relu import multihost
+from trainer_processes import (assert_trees_equal, final_params, free_port, spawn_trainer,
+                               tiny_config, write_config)
+
+def _spawn_pair(path, workdir, logs, extra=()):
+  """Two real trainer processes (2 CPU devices each) joined on loopback, logging to `logs`
+  (files, not pipes: nobody reads a pipe while they run); `extra`: more trainer flags."""
+  port = free_port()
+  return [spawn_trainer(path, workdir, devices=2, stdout=log.open("w"),
+                        stderr=subprocess.STDOUT,
+                        extra=("--coordinator_address", f"127.0.0.1:{port}", "--num_processes",
+                               "2", "--process_id", str(i), *extra))
+          for i, log in enumerate(logs)]
+
+
+def _wait_for_steps(workdir, procs, n, timeout=240):
+  jsonl = workdir / "metrics.jsonl"
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline and all(p.poll() is None for p in procs) and (
+      not jsonl.exists() or len(jsonl.read_text().splitlines()) < n):
+    time.sleep(0.05)
+  assert all(p.poll() is None for p in procs), "a trainer ended before the signal"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signalled", ["all", "one"])
+def test_two_processes_sigterm_save_the_same_step_and_exit_0(offline_data_dir, tmp_path,
+                                                              signalled):
+  """SIGTERM to every worker (a preempted pod) or to one (a maintenance event on one host):
+  both processes agree on a step, save it, and exit 0 within 60 s."""
+  config = tiny_config(offline_data_dir, total_steps=100_000, ckpt_steps=1000,
+                       log_training_steps=1)
+  path = write_config(tmp_path, config)
+  workdir = tmp_path / "run"
+  logs = [tmp_path / f"process{i}.log" for i in range(2)]
+  procs = _spawn_pair(path, workdir, logs)
+  _wait_for_steps(workdir, procs, 5)
+  sent = time.monotonic()
+  for proc in (procs if signalled == "all" else procs[1:]):
+    proc.send_signal(signal.SIGTERM)
+  for proc in procs:
+    proc.wait(timeout=60)
+  elapsed = time.monotonic() - sent
+  print(f"SIGTERM to {signalled}: both exited {elapsed:.1f} s later")
+  assert [p.returncode for p in procs] == [0, 0]
+  assert elapsed < 60
+  step, _ = final_params(workdir)
+  assert 5 <= step < 1000  # saved where they stopped, although no checkpoint was due
+  steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+  assert steps == [step]
+  stopped = [re.findall(r"Preemption notice \(SIGTERM to this or another process\) at step "
+                        r"(\d+)", log.read_text()) for log in logs]
+  assert stopped == [[str(step)], [str(step)]], stopped
+
+
+def _kill9_and_wait_for_the_other(procs, victim: int) -> None:
+  """kill -9 of `procs[victim]`, then waits (at most 3 minutes) for the other to exit."""
+  other = 1 - victim
+  killed = time.monotonic()
+  procs[victim].send_signal(signal.SIGKILL)
+  procs[victim].wait()
+  procs[other].wait(timeout=180)
+  print(f"kill -9 of process {victim}: process {other} exited "
+        f"{time.monotonic() - killed:.1f} s later")
+
+
+@pytest.mark.slow
+def test_two_processes_kill9_of_one_stops_the_other_with_a_message(offline_data_dir, tmp_path):
+  """kill -9 of a worker: the other exits non-zero within 3 minutes, saying a peer was lost
+  and which checkpoint a re-run resumes from; that checkpoint is intact."""
+  config = tiny_config(offline_data_dir, total_steps=100_000, ckpt_steps=5,
+                       log_training_steps=1)
+  path = write_config(tmp_path, config)
+  workdir = tmp_path / "run"
+  logs = [tmp_path / f"process{i}.log" for i in range(2)]
+  # A shorter watchdog than the default 60 s keeps the test short; the mechanism is the same.
+  procs = _spawn_pair(path, workdir, logs, extra=("--peer_timeout_s", "10"))
+  _wait_for_steps(workdir, procs, 12)
+  _kill9_and_wait_for_the_other(procs, victim=1)
+  assert procs[0].returncode == multihost.PEER_LOST_EXIT_CODE
+  step, params = final_params(workdir)  # restores: intact
+  assert step >= 5 and jax.tree.leaves(params)
+  lines = [l for l in logs[0].read_text().splitlines() if l.startswith("error: Lost a peer")]
+  assert len(lines) == 1, logs[0].read_text()[-3000:]
+  assert "process 1 sent no heartbeat" in lines[0]
+  assert f"resumes from checkpoint {step} in {workdir / 'checkpoints'}" in lines[0]
+
+
+@pytest.mark.slow
+def test_two_processes_kill9_of_the_coordinator_stops_the_other_then_resume(offline_data_dir,
+                                                                           tmp_path):
+  """kill -9 of process 0, which hosts JAX's coordination service (its runtime client in every
+  other process aborts at once): the other exits 75 within 3 minutes with one line naming
+  process 0 and the checkpoint on disk; that checkpoint is intact, and a re-run resumes from it."""
+  config = tiny_config(offline_data_dir, total_steps=20, ckpt_steps=5, log_training_steps=5)
+  path = write_config(tmp_path, config)
+  workdir, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
+  logs = [tmp_path / f"process{i}.log" for i in range(2)]
+  procs = _spawn_pair(path, workdir, logs)
+  deadline = time.monotonic() + 300
+  while not (checkpoints / "5").exists() and time.monotonic() < deadline and all(
+      p.poll() is None for p in procs):
+    time.sleep(0.05)
+  assert all(p.poll() is None for p in procs), logs[0].read_text()[-3000:]
+  _kill9_and_wait_for_the_other(procs, victim=0)
+  log = logs[1].read_text()
+  assert procs[1].returncode == multihost.PEER_LOST_EXIT_CODE, log[-3000:]
+  step = multihost.latest_finalized_step(checkpoints)
+  assert 5 <= step < 20
+  assert final_params(workdir)[0] == step  # restores: intact
+  lines = [l for l in log.splitlines() if l.startswith("error: Lost a peer")]
+  assert len(lines) == 1, log[-3000:]
+  assert "process 0" in lines[0], lines[0]
+  assert f"resumes from checkpoint {step} in {checkpoints}." in lines[0], lines[0]
+
+  logs = [tmp_path / f"resumed{i}.log" for i in range(2)]
+  for proc in _spawn_pair(path, workdir, logs):
+    assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
+  assert f"Resumed from step {step} " in logs[0].read_text()
+  assert final_params(workdir)[0] == 20
+
+
+@pytest.mark.slow
+def test_two_processes_kill9_then_resume_equals_an_uninterrupted_run(offline_data_dir, tmp_path):
+  """A pod losing every worker at once (kill -9 of both), re-run: resumes from the last
+  checkpoint and ends bit-identical to an uninterrupted 2-process run."""
+  config = tiny_config(offline_data_dir, total_steps=30, ckpt_steps=5, log_training_steps=5)
+  path = write_config(tmp_path, config)
+  logs = [tmp_path / f"uninterrupted{i}.log" for i in range(2)]
+  for proc in _spawn_pair(path, tmp_path / "uninterrupted", logs):
+    assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
+  _, expected = final_params(tmp_path / "uninterrupted")
+
+  workdir = tmp_path / "killed"
+  procs = _spawn_pair(path, workdir, [tmp_path / f"killed{i}.log" for i in range(2)])
+  first = workdir / "checkpoints" / "10"
+  deadline = time.monotonic() + 300
+  while not first.exists() and time.monotonic() < deadline and procs[0].poll() is None:
+    time.sleep(0.05)
+  for proc in procs:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+  steps_at_kill = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir()
+                         if p.name.isdigit())
+  assert steps_at_kill and 30 not in steps_at_kill, steps_at_kill
+  logs = [tmp_path / f"resumed{i}.log" for i in range(2)]
+  for proc in _spawn_pair(path, workdir, logs):
+    assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
+  assert f"Resumed from step {steps_at_kill[-1]}" in logs[0].read_text()
+  step, resumed = final_params(workdir)
+  assert step == 30
+  assert_trees_equal(resumed, expected)

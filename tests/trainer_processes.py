@@ -1,0 +1,77 @@
+"""What the trainer's tests share (test_train.py, test_train_pods.py): the main job's config
+shrunk to seconds, real `python -m big_vision_relu.train` processes, and reading a workdir's
+newest checkpoint."""
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+
+from conftest import ROOT, load_config_module
+
+MAIN_CONFIG = "configs/local/mnist_relu.py"
+
+
+def tiny_config(data_dir: str, **overrides) -> ml_collections.ConfigDict:
+  """The main job's config shrunk to seconds: 1 block of width 16 on 16 tokens."""
+  config = load_config_module(MAIN_CONFIG).get_config("runlocal")
+  config.input.data.data_dir = data_dir
+  config.input.batch_size = 16
+  config.model = dict(patch_size=(7, 7), width=16, depth=1, mlp_dim=32, num_heads=2,
+                      attention="relu", qk_norm=True)
+  config.total_steps = 6
+  config.ckpt_steps = 2
+  config.log_training_steps = 1
+  config.evals = ml_collections.ConfigDict()
+  for key, value in overrides.items():
+    config[key] = value
+  return config
+
+
+def final_params(workdir) -> tuple[int, dict]:
+  """(step, params) of the newest checkpoint, read with orbax directly (no target tree)."""
+  directory = pathlib.Path(workdir) / "checkpoints"
+  step = max(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+  # On this process's first device, whatever topology wrote it.
+  with ocp.StandardCheckpointer() as checkpointer:
+    path = (directory / str(step) / "state").absolute()
+    metadata = checkpointer.metadata(path).item_metadata
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                          metadata)
+    state = checkpointer.restore(path, target)
+  return step, jax.tree.map(np.asarray, state["params"])
+
+
+def assert_trees_equal(a, b):
+  jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def free_port() -> int:
+  """A TCP port free on loopback now (for a coordinator)."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def write_config(tmp_path, config, name="config.py") -> str:
+  """A config file holding `config` (as JSON), so subprocesses can take --config."""
+  path = tmp_path / name
+  path.write_text(
+      "import json\nimport ml_collections\n\n\ndef get_config():\n"
+      f"  return ml_collections.ConfigDict(json.loads({config.to_json()!r}))\n")
+  return str(path)
+
+
+def spawn_trainer(config_path, workdir, *, devices, extra=(), env=None, **popen):
+  """A trainer process on `devices` simulated CPU devices; `popen`: subprocess.Popen's options."""
+  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+         "JAX_PLATFORMS": "cpu", **(env or {})}
+  return subprocess.Popen(
+      [sys.executable, "-m", "big_vision_relu.train", "--config", config_path,
+       "--workdir", str(workdir), *extra], env=env, cwd=ROOT, **popen)
