@@ -21,7 +21,7 @@ from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 from big_vision_relu import workdir_config
 
-from trainer_processes import (MAIN_CONFIG, assert_trees_equal, final_params, free_port,
+from trainer_processes import (MAIN_CONFIG, assert_trees_equal, final_params, spawn_pair,
                                spawn_trainer, tiny_config, write_config)
 
 
@@ -294,12 +294,7 @@ def test_two_processes_equal_one_process(offline_data_dir, tmp_path):
       pp_fn=config.input.pp, batch_size=24)  # 100 examples: padding on both hosts
   path = write_config(tmp_path, config)
   _run(path, tmp_path / "single", devices=4)
-  port = free_port()
-  procs = [spawn_trainer(path, tmp_path / "multi", devices=2, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True,
-                         extra=("--coordinator_address", f"127.0.0.1:{port}",
-                                "--num_processes", "2", "--process_id", str(i)))
-           for i in range(2)]
+  procs = spawn_pair(path, tmp_path / "multi")
   outs = [p.communicate(timeout=400)[0] for p in procs]
   for p, out in zip(procs, outs):
     assert p.returncode == 0, out[-3000:]
@@ -318,12 +313,7 @@ def test_two_processes_equal_one_process(offline_data_dir, tmp_path):
   changed = config.copy_and_resolve_references()
   changed.lr = 1e-2
   changed_path = write_config(tmp_path, changed, "changed.py")
-  port = free_port()
-  procs = [spawn_trainer(changed_path, tmp_path / "multi", devices=2, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True,
-                         extra=("--coordinator_address", f"127.0.0.1:{port}",
-                                "--num_processes", "2", "--process_id", str(i)))
-           for i in range(2)]
+  procs = spawn_pair(changed_path, tmp_path / "multi")
   for p in procs:
     out = p.communicate(timeout=400)[0]
     assert p.returncode != 0 and "ConfigChangedError" in out, out[-3000:]

@@ -2,25 +2,14 @@
 a lost peer (kill -9 of a worker or of the coordinator) and resume after losing every worker."""
 import re
 import signal
-import subprocess
 import time
 
 import jax
 import pytest
 
 from big_vision_relu import multihost
-from trainer_processes import (assert_trees_equal, final_params, free_port, spawn_trainer,
-                               tiny_config, write_config)
-
-def _spawn_pair(path, workdir, logs, extra=()):
-  """Two real trainer processes (2 CPU devices each) joined on loopback, logging to `logs`
-  (files, not pipes: nobody reads a pipe while they run); `extra`: more trainer flags."""
-  port = free_port()
-  return [spawn_trainer(path, workdir, devices=2, stdout=log.open("w"),
-                        stderr=subprocess.STDOUT,
-                        extra=("--coordinator_address", f"127.0.0.1:{port}", "--num_processes",
-                               "2", "--process_id", str(i), *extra))
-          for i, log in enumerate(logs)]
+from trainer_processes import (assert_trees_equal, final_params, spawn_pair, tiny_config,
+                               write_config)
 
 
 def _wait_for_steps(workdir, procs, n, timeout=240):
@@ -43,7 +32,7 @@ def test_two_processes_sigterm_save_the_same_step_and_exit_0(offline_data_dir, t
   path = write_config(tmp_path, config)
   workdir = tmp_path / "run"
   logs = [tmp_path / f"process{i}.log" for i in range(2)]
-  procs = _spawn_pair(path, workdir, logs)
+  procs = spawn_pair(path, workdir, logs=logs)
   _wait_for_steps(workdir, procs, 5)
   sent = time.monotonic()
   for proc in (procs if signalled == "all" else procs[1:]):
@@ -84,7 +73,7 @@ def test_two_processes_kill9_of_one_stops_the_other_with_a_message(offline_data_
   workdir = tmp_path / "run"
   logs = [tmp_path / f"process{i}.log" for i in range(2)]
   # A shorter watchdog than the default 60 s keeps the test short; the mechanism is the same.
-  procs = _spawn_pair(path, workdir, logs, extra=("--peer_timeout_s", "10"))
+  procs = spawn_pair(path, workdir, logs=logs, extra=("--peer_timeout_s", "10"))
   _wait_for_steps(workdir, procs, 12)
   _kill9_and_wait_for_the_other(procs, victim=1)
   assert procs[0].returncode == multihost.PEER_LOST_EXIT_CODE
@@ -106,7 +95,7 @@ def test_two_processes_kill9_of_the_coordinator_stops_the_other_then_resume(offl
   path = write_config(tmp_path, config)
   workdir, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
   logs = [tmp_path / f"process{i}.log" for i in range(2)]
-  procs = _spawn_pair(path, workdir, logs)
+  procs = spawn_pair(path, workdir, logs=logs)
   deadline = time.monotonic() + 300
   while not (checkpoints / "5").exists() and time.monotonic() < deadline and all(
       p.poll() is None for p in procs):
@@ -124,7 +113,7 @@ def test_two_processes_kill9_of_the_coordinator_stops_the_other_then_resume(offl
   assert f"resumes from checkpoint {step} in {checkpoints}." in lines[0], lines[0]
 
   logs = [tmp_path / f"resumed{i}.log" for i in range(2)]
-  for proc in _spawn_pair(path, workdir, logs):
+  for proc in spawn_pair(path, workdir, logs=logs):
     assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
   assert f"Resumed from step {step} " in logs[0].read_text()
   assert final_params(workdir)[0] == 20
@@ -137,12 +126,12 @@ def test_two_processes_kill9_then_resume_equals_an_uninterrupted_run(offline_dat
   config = tiny_config(offline_data_dir, total_steps=30, ckpt_steps=5, log_training_steps=5)
   path = write_config(tmp_path, config)
   logs = [tmp_path / f"uninterrupted{i}.log" for i in range(2)]
-  for proc in _spawn_pair(path, tmp_path / "uninterrupted", logs):
+  for proc in spawn_pair(path, tmp_path / "uninterrupted", logs=logs):
     assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
   _, expected = final_params(tmp_path / "uninterrupted")
 
   workdir = tmp_path / "killed"
-  procs = _spawn_pair(path, workdir, [tmp_path / f"killed{i}.log" for i in range(2)])
+  procs = spawn_pair(path, workdir, logs=[tmp_path / f"killed{i}.log" for i in range(2)])
   first = workdir / "checkpoints" / "10"
   deadline = time.monotonic() + 300
   while not first.exists() and time.monotonic() < deadline and procs[0].poll() is None:
@@ -154,7 +143,7 @@ def test_two_processes_kill9_then_resume_equals_an_uninterrupted_run(offline_dat
                          if p.name.isdigit())
   assert steps_at_kill and 30 not in steps_at_kill, steps_at_kill
   logs = [tmp_path / f"resumed{i}.log" for i in range(2)]
-  for proc in _spawn_pair(path, workdir, logs):
+  for proc in spawn_pair(path, workdir, logs=logs):
     assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
   assert f"Resumed from step {steps_at_kill[-1]}" in logs[0].read_text()
   step, resumed = final_params(workdir)

@@ -75,3 +75,19 @@ def spawn_trainer(config_path, workdir, *, devices, extra=(), env=None, **popen)
   return subprocess.Popen(
       [sys.executable, "-m", "big_vision_relu.train", "--config", config_path,
        "--workdir", str(workdir), *extra], env=env, cwd=ROOT, **popen)
+
+
+def spawn_pair(config_path, workdir, *, logs=None, extra=()) -> list[subprocess.Popen]:
+  """Two trainer processes (2 CPU devices each) joined on loopback into one 2-process run.
+
+  Each writes stdout and stderr to its file in `logs` if given (nobody need read a pipe while
+  they run), else to a text pipe; `extra`: more trainer flags."""
+  port = free_port()
+  procs = []
+  for i in range(2):
+    output = {"stdout": logs[i].open("w")} if logs else {"stdout": subprocess.PIPE, "text": True}
+    procs.append(spawn_trainer(
+        config_path, workdir, devices=2, stderr=subprocess.STDOUT, **output,
+        extra=("--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2",
+               "--process_id", str(i), *extra)))
+  return procs
