@@ -21,7 +21,7 @@ from big_vision_relu.models import blockwise, vit
 from big_vision_relu.models.attention import AttentionOptions
 from big_vision_relu.models.multihead import MultiHeadDotProductAttention
 
-from test_train import tiny_config
+from trainer_processes import tiny_config
 
 POINTWISE = tuple(attn.ACTIVATIONS)
 ALPHAS = (0.0, 1.0, 2.0)

@@ -22,7 +22,7 @@ from big_vision_relu.evaluators import classification, fewshot, registry
 from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator
 
 from conftest import ROOT
-from test_train import tiny_config
+from trainer_processes import tiny_config
 
 MESH8 = sharding.make_mesh([("data", -1)])
 

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shutil
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +26,7 @@ from big_vision_relu.models import attention as attn
 from big_vision_relu.models import vit
 
 from conftest import ROOT
-from test_train import tiny_config
+from trainer_processes import tiny_config
 
 PP = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
 
@@ -154,6 +155,31 @@ def _read_csv(path):
     return list(csv.DictReader(f))
 
 
+def test_a_damaged_newest_step_is_skipped_and_left_on_disk(offline_data_dir, tmp_path, caplog,
+                                                          monkeypatch):
+  """load_run() reads the step before a truncated newest one, says so, and changes nothing.
+
+  orbax's failed read closes its event loop while tensorstore's other reads of that step are
+  still in flight; they finish on tensorstore's threads into the closed loop, which Python
+  reports as unraisable `RuntimeError: Event loop is closed` (after the restore has failed, so
+  harmless). Those are expected here, and nothing else."""
+  workdir = tmp_path / "run"
+  train_lib.train(tiny_config(offline_data_dir), str(workdir))  # keeps steps 4 and 6
+  data_files = sorted((workdir / "checkpoints" / "6" / "state" / "d").iterdir())
+  for data_file in data_files:
+    os.truncate(data_file, data_file.stat().st_size // 2)
+  sizes = [f.stat().st_size for f in data_files]
+  unraisable = []
+  with monkeypatch.context() as patch:
+    patch.setattr(sys, "unraisablehook", unraisable.append)
+    assert inspect.load_run(workdir).step == 4
+  assert [(type(u.exc_value), str(u.exc_value)) for u in unraisable] == [
+      (RuntimeError, "Event loop is closed")] * len(unraisable)
+  assert any("Could not read checkpoint step 6" in r.getMessage() for r in caplog.records)
+  assert inspect.checkpoint_steps(workdir) == [4, 6]
+  assert [f.stat().st_size for f in data_files] == sizes
+
+
 @pytest.mark.slow
 def test_notebook_and_tool_on_a_trained_workdir(offline_data_dir, tmp_path, monkeypatch,
                                                 capsys):
@@ -174,13 +200,6 @@ def test_notebook_and_tool_on_a_trained_workdir(offline_data_dir, tmp_path, monk
   run = inspect.load_run(relu_dir)
   assert run.step == 6 and run.model.attention_options.activation == "relu" and run.model.depth == 2
   assert inspect.load_run(relu_dir, step=4).step == 4
-  # A damaged newest step is skipped (with a warning) and left where it is.
-  damaged_dir = tmp_path / "damaged"
-  shutil.copytree(relu_dir, damaged_dir)
-  for data_file in (damaged_dir / "checkpoints" / "6" / "state" / "d").iterdir():
-    os.truncate(data_file, data_file.stat().st_size // 2)
-  assert inspect.load_run(damaged_dir).step == 4
-  assert inspect.checkpoint_steps(damaged_dir) == [4, 6]
   # The softmax side: the same trained parameters read as a softmax model (the parameter trees
   # are equal), so the notebook's comparison needs no second training run.
   softmax_dir = tmp_path / "softmax"
