@@ -24,6 +24,10 @@ or missing files): it logs a warning naming it, restores the previous one, and t
 unreadable step directory aside to `<step>.corrupt-<unix time>` (orbax ignores that name),
 so training can save that step again. Nothing is moved unless an older step restored, and
 nothing is ever deleted by this fallback.
+Python may print `Exception ignored ... RuntimeError: Event loop is closed` around that
+warning: tensorstore's other reads of the unreadable step, still in flight when orbax's restore
+failed and closed its event loop, finishing into it. They are harmless (the inspection test of a
+damaged step expects them).
 
 Multi-host: every process must call `Checkpointer.save`,
 `Checkpointer.restore`, `Checkpointer.restore_latest`,
@@ -178,7 +182,9 @@ class Checkpointer:
       except _READ_ERRORS as e:
         message = f"{type(e).__name__}: {e}"
         logging.warning(
-          "Could not restore checkpoint step %d in %s (%s); trying an older one.",
+          "Could not restore checkpoint step %d in %s (%s); trying an older one (any "
+          "'RuntimeError: Event loop is closed' printed around this: that step's other "
+          "reads; harmless).",
           step,
           self._directory,
           message,

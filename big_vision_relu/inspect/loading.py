@@ -74,8 +74,9 @@ def load_run(workdir: str | epath.PathLike, step: int | None = None) -> Run:
     except (ValueError, OSError) as e:
       if step is not None:
         raise
-      logging.warning("Could not read checkpoint step %d of %s (%s); trying an older one.",
-                      candidate, workdir, e)
+      logging.warning("Could not read checkpoint step %d of %s (%s); trying an older one (any "
+                      "'RuntimeError: Event loop is closed' printed around this: that step's "
+                      "other reads; harmless).", candidate, workdir, e)
       errors.append(f"step {candidate}: {type(e).__name__}: {e}")
       continue
     return Run(model=model, params=params, config=config, step=candidate, source=str(workdir))
