@@ -26,8 +26,8 @@ so training can save that step again. Nothing is moved unless an older step rest
 nothing is ever deleted by this fallback.
 Python may print `Exception ignored ... RuntimeError: Event loop is closed` around that
 warning: tensorstore's other reads of the unreadable step, still in flight when orbax's restore
-failed and closed its event loop, finishing into it. They are harmless (the inspection test of a
-damaged step expects them).
+failed and closed its event loop, finishing into it. They are harmless (tests/test_inspect.py
+sees them, and only them, when `inspect.load_run` reads a truncated step).
 
 Multi-host: every process must call `Checkpointer.save`,
 `Checkpointer.restore`, `Checkpointer.restore_latest`,
