@@ -100,6 +100,20 @@ def test_study_throughput_benchmark_charges_each_run_its_evaluators(offline_data
   assert all(0 < float(c[6].rstrip("%")) < 100 for c in cells)
 
 
+def test_no_thp_turns_transparent_huge_pages_off_for_the_process_and_its_children():
+  """benchmarks/no_thp on PYTHONPATH (section 3's timing without huge pages) sets the flag that
+  the kernel reports as THP_enabled in /proc/PID/status; a child started by it keeps it."""
+  show = ("import subprocess, sys; print(open('/proc/self/status').read().split("
+          "'THP_enabled:')[1].split()[0]); sys.stdout.flush(); subprocess.run(['grep', "
+          "'THP_enabled', '/proc/self/status'], check=True)")
+  env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks" / "no_thp")}
+  off = subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True,
+                       check=True).stdout.split()
+  on = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True,
+                      check=True).stdout.split()
+  assert off == ["0", "THP_enabled:", "0"] and on == ["1", "THP_enabled:", "1"]
+
+
 # A sitecustomize.py that makes the packages the GPU machine lacks unimportable.
 _NO_TENSORFLOW = textwrap.dedent("""\
     import importlib.abc

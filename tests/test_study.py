@@ -142,6 +142,16 @@ def test_a_launch_record_says_where_the_trainer_resumes_and_what_it_preloads(tmp
   assert all((x["LD_PRELOAD"], x["GLIBC_TUNABLES"]) == (env["LD_PRELOAD"],
                                                         "glibc.malloc.hugetlb=1")
              for x in launches)
+  assert all(x["transparent_hugepage"] == provenance.transparent_hugepages() for x in launches)
+
+
+def test_the_transparent_huge_page_mode_is_the_kernels_bracketed_word(tmp_path):
+  enabled = tmp_path / "enabled"
+  enabled.write_text("always [madvise] never\n")  # as Linux writes it
+  assert provenance.transparent_hugepages(enabled) == "madvise"
+  assert provenance.transparent_hugepages(tmp_path / "absent") == "unknown"
+  if provenance.THP_FILE.exists():  # this machine's own, as the launch records read it
+    assert provenance.transparent_hugepages() in ("always", "madvise", "never")
 
 
 def test_a_study_without_its_trainers_malloc_refuses_to_start(tmp_path, monkeypatch):

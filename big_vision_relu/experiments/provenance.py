@@ -1,8 +1,9 @@
 """Where and how a study's runs were trained: the records the study keeps beside each run.
 
 - `<workdir>/launches.jsonl` (LAUNCHES_FILE), one line per start of a run's trainer: when, the
-  step it resumed from, the CPU it ran on (since 2026-11-25) and the environment that sets its
-  speed, not its results (SPEED_ENV). Archived with the run.
+  step it resumed from, the CPU it ran on (since 2026-11-25), the environment that sets its
+  speed, not its results (SPEED_ENV), and the kernel's transparent huge page mode (since
+  2026-11-25 21:30 UTC; it too sets only the speed). Archived with the run.
 - `<archive>/runs/<run id>/provenance.json` (PROVENANCE_FILE): the pinned commit and the machine
   of the study that finished the run.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +25,7 @@ from big_vision_relu import multihost
 PROVENANCE_FILE = "provenance.json"  # in each archived run
 LAUNCHES_FILE = "launches.jsonl"  # in a run's workdir: one line per trainer start
 SPEED_ENV = ("LD_PRELOAD", "GLIBC_TUNABLES")  # recorded at each start of a trainer
+THP_FILE = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
 def cpu_model() -> str:
@@ -36,6 +39,17 @@ def cpu_model() -> str:
   return "unknown"
 
 
+def transparent_hugepages(path: pathlib.Path = THP_FILE) -> str:
+  """The kernel's transparent huge page mode, the bracketed word of `path` ('always', 'madvise'
+  or 'never'; 'unknown' where there is none). Under 'always' the trainers' tcmalloc heap gets
+  2 MiB pages, which no allocator of theirs asks for (docs/benchmarks.md section 3)."""
+  try:
+    match = re.search(r"\[(\w+)\]", path.read_text())
+  except OSError:
+    return "unknown"
+  return match.group(1) if match else "unknown"
+
+
 def machine() -> dict[str, Any]:
   """What this machine is, for the provenance of the runs finished on it."""
   import jax  # pylint: disable=g-import-not-at-top  (the study itself needs no accelerator)
@@ -45,11 +59,12 @@ def machine() -> dict[str, Any]:
 
 def record_launch(workdir: pathlib.Path, env: Mapping[str, str]) -> None:
   """Appends to `workdir`/LAUNCHES_FILE, as a trainer starts in it with environment `env`, the
-  step it resumes from, the CPU and SPEED_ENV, so each run's core hours can be read for what
-  they are and a run resumed on another machine says so."""
+  step it resumes from, the CPU, SPEED_ENV and the transparent huge page mode, so each run's
+  core hours can be read for what they are and a run resumed on another machine says so."""
   line = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
           "resumes_from_step": multihost.latest_finalized_step(workdir / "checkpoints") or 0,
-          "cpu": cpu_model(), **{name: env.get(name, "") for name in SPEED_ENV}}
+          "cpu": cpu_model(), **{name: env.get(name, "") for name in SPEED_ENV},
+          "transparent_hugepage": transparent_hugepages()}
   with open(workdir / LAUNCHES_FILE, "a") as f:
     f.write(json.dumps(line) + "\n")
 
