@@ -3,7 +3,7 @@
 - `<workdir>/launches.jsonl` (LAUNCHES_FILE), one line per start of a run's trainer: when, the
   step it resumed from, the CPU it ran on (since 2026-11-25), the environment that sets its
   speed, not its results (SPEED_ENV), and the kernel's transparent huge page mode (since
-  2026-11-25 21:30 UTC; it too sets only the speed). Archived with the run.
+  2026-11-25 21:20 UTC; it too sets only the speed). Archived with the run.
 - `<archive>/runs/<run id>/provenance.json` (PROVENANCE_FILE): the pinned commit and the machine
   of the study that finished the run.
 
