@@ -317,3 +317,22 @@ def test_every_run_id_names_one_config_across_the_paper_sweeps():
       listed += 1
       assert configs.setdefault(run.run_id, run.config_arg) == run.config_arg, run.run_id
   assert (listed, len(configs)) == (544, 444)
+
+
+@pytest.mark.parametrize("hours, expected", [
+    ((0.64, 1.7), {"0.7", "0.8", "0.9", "1"}),  # less than a decade: minor ticks labelled
+    ((0.05, 30.0), {"0.1", "1", "10"}),  # several decades: only powers of 10
+])
+def test_fig1_core_hours_axis_reads_as_plain_numbers(hours, expected):
+  import matplotlib.pyplot as plt
+  figure, ax = plt.subplots()
+  ax.plot(hours, [0.90, 0.91])
+  ax.set_xscale("log")
+  ax.xaxis.set_major_formatter(figures._PlainLogFormatter())
+  ax.xaxis.set_minor_formatter(figures._PlainLogFormatter(labelOnlyBase=False,
+                                                          minor_thresholds=(2, 0.5)))
+  figure.canvas.draw()
+  labels = {t.get_text() for t in ax.get_xticklabels(minor=True) + ax.get_xticklabels()
+            if ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]} - {""}
+  plt.close(figure)
+  assert labels == expected

@@ -93,6 +93,13 @@ def _percent_axis(ax: Axes) -> None:
   ax.grid(True, alpha=0.3)
 
 
+class _PlainLogFormatter(ticker.LogFormatter):
+  """LogFormatter's choice of which ticks to label, written as plain numbers: 0.6, not 6e-01."""
+
+  def __call__(self, x: float, pos: int | None = None) -> str:
+    return f"{x:g}" if super().__call__(x, pos) else ""
+
+
 def _finish_figure(figure: Figure, title: str, handles_from: Axes, ncol: int, *, seeds: bool,
                    note: str = _NOTE_X) -> None:
   """Suptitle, and a legend below the panels headed by the marker conventions (and the seeds'
@@ -141,9 +148,9 @@ def plot_fig1(rows: Sequence[Row], spec: sweep_lib.FigureSpec, title: str = "fig
       note.set_in_layout(False)
     ax.set_xscale("log")
     ax.margins(x=0.1, y=0.08)
-    ax.xaxis.set_major_formatter(ticker.LogFormatter())
-    ax.xaxis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False,
-                                                     minor_thresholds=(2, 0.5)))
+    ax.xaxis.set_major_formatter(_PlainLogFormatter())
+    ax.xaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False,
+                                                    minor_thresholds=(2, 0.5)))
     ax.set_xlabel(spec.core_hours_label)
     ax.set_ylabel(ylabel)
     ax.set_title(_missing_title(ylabel, len(missing)), fontsize=10)
