@@ -64,6 +64,13 @@ class RunResult:
     target = fraction * self.total_steps
     return self.curve[min(self.curve, key=lambda s: (abs(s - target), s))]
 
+  @property
+  def last_quarter_gain(self) -> float | None:
+    """What the last quarter of training added (recipe rule (b)): the final test accuracy less
+    that at 75% of the run; None for a run not finished."""
+    at_75 = self.accuracy_at(0.75) if self.accuracy is not None else None
+    return None if at_75 is None else self.accuracy - at_75
+
 
 def load_run(archive: pathlib.Path, run: sweep_lib.Run) -> RunResult:
   directory = study.archived_dir(archive, run)
@@ -118,20 +125,21 @@ def _random_init_transfer(base: Mapping[str, float]) -> float | None:
 def runs_table(results: Sequence[RunResult], baselines: Mapping[int, Mapping[str, float]]
                ) -> list[str]:
   """Every finished run beside its patch's baselines: does it beat the pixel 1-NN and ridge
-  (accuracy), raw pixels and the random network (transfer)?"""
+  (accuracy), raw pixels and the random network (transfer)? And what its last quarter of
+  training added (rule (b)'s measure of convergence, applied to every run)."""
   rows = []
   for r in results:
     if r.status != "finished":
       continue
     base = baselines.get(r.run.args["patch"], {})
-    rows.append((r.run.run_id, _pct(r.accuracy),
+    rows.append((r.run.run_id, _pct(r.accuracy), _pct(r.last_quarter_gain, True),
                  _beats(r.accuracy, base.get("test/pixel_1nn")),
                  _beats(r.accuracy, base.get("test/pixel_ridge")), _pct(r.transfer),
                  _beats(r.transfer, base.get("fewshot/pixels/10shot_avg")),
                  _beats(r.transfer, _random_init_transfer(base)),
                  f"{r.core_hours:.2f}" if r.core_hours is not None else "-",
                  r.provenance.get("commit", "-")[:7], provenance.describe(r.starts)))
-  return _table(("run", "test acc %", "> pixel 1-NN", "> pixel ridge", "10-shot %",
+  return _table(("run", "test acc %", "last quarter adds", "> pixel 1-NN", "> pixel ridge", "10-shot %",
                  "> pixels", "> random init", "core hours", "commit", "CPU from step"), rows)
 
 
@@ -181,8 +189,7 @@ def calibration(results: Sequence[RunResult]) -> Calibration:
     for attention in ("softmax", "relu"):
       result = by_id.get(fmnist.run(attention=attention, epochs=point[0], lr=point[1]).run_id)
       acc = accuracy[point, attention] = result.accuracy if result else None
-      at_75 = result.accuracy_at(0.75) if acc is not None else None
-      last_quarter[point, attention] = None if at_75 is None else acc - at_75
+      last_quarter[point, attention] = result.last_quarter_gain if result else None
       rows.append((attention, str(point[0]), f"{point[1]:g}", _pct(acc),
                    _pct(last_quarter[point, attention], True)))
   short, long, other_lr = fmnist.CALIBRATION
