@@ -17,8 +17,12 @@ whose share of the training steps' CPU time is the input's. The run's cost is th
     core-seconds per run = total_steps x (step) + sum over evaluators of (calls per run) x (call)
 
 with the calls per run from the config's own cadence (first and last step, log_* ...), and the
-throughput that a run pays is its training images / that cost. Compilation (once per run, tens
-of seconds) is left out of both. Ratios are to the first config; medians over rounds are shown.
+throughput that a run pays is its training images / that cost. Start-up is left out of it,
+and shown beside it: the CPU seconds of the worker's first step and first call of every
+evaluator (compilation, and the input pipeline's first batch: what a trainer's first step and
+evaluations pay, inside its core hours) less a round's step and evaluations, charged once per
+run (cold: the worker compiles without the persistent compilation cache a study's trainers
+keep, unless JAX_COMPILATION_CACHE_DIR is given among its variables). Ratios are to the first config; medians over rounds are shown.
 """
 from __future__ import annotations
 
@@ -97,11 +101,12 @@ def worker(config_arg: str, steps: int) -> None:
   """Sets up `config_arg`, compiles, prints its shape, then one JSON line per round asked for on
   stdin: CPU seconds per step, per evaluator call and per host batch of input alone."""
   subject = Subject(config_arg)
-  subject.train_steps(1)  # compile the step and every evaluator
+  start = time.process_time()
+  subject.train_steps(1)  # compiles the step and every evaluator, as a trainer's first ones do
   subject.evaluate()
   print(_RESULT, json.dumps({"batch_size": subject.batch_size,
-                             "total_steps": subject.total_steps, "calls": subject.calls}),
-        flush=True)
+                             "total_steps": subject.total_steps, "calls": subject.calls,
+                             "first_s": time.process_time() - start}), flush=True)
   for _ in sys.stdin:
     print(_RESULT, json.dumps({"step_s": subject.train_steps(steps),
                                "eval_s": subject.evaluate(),
@@ -128,8 +133,8 @@ class Worker:
   def wait_ready(self) -> None:
     """Waits for the worker's set-up and compilation (the workers compile in parallel)."""
     shape = self._read()
-    self.batch_size, self.total_steps, self.calls = (
-        shape["batch_size"], shape["total_steps"], shape["calls"])
+    self.batch_size, self.total_steps, self.calls, self.first_s = (
+        shape["batch_size"], shape["total_steps"], shape["calls"], shape["first_s"])
 
   def _read(self) -> dict:
     """The worker's next result line (other output of its libraries passes through)."""
@@ -145,8 +150,13 @@ class Worker:
     return self._read()
 
   def run_cost(self, step_s: float, eval_s: dict[str, float]) -> float:
-    """Core-seconds of a whole run (without compilation)."""
+    """Core-seconds of a whole run (without start-up)."""
     return self.total_steps * step_s + sum(self.calls[k] * eval_s[k] for k in self.calls)
+
+  def startup_cost(self, step_s: float, eval_s: dict[str, float]) -> float:
+    """Core-seconds that start-up (compilation, the first batch) adds to a run: the first step
+    and evaluator calls less a round's."""
+    return self.first_s - step_s - sum(eval_s.values())
 
   def close(self) -> None:
     self.process.stdin.close()
@@ -178,31 +188,44 @@ def main() -> None:
       times[subject.name].append(subject.round())
   rows = []
   base = subjects[0]
-  base_rates = None
+  base_rates = base_started_rates = None
   for subject in subjects:
     steps = [t["step_s"] for t in times[subject.name]]
     evals = [t["eval_s"] for t in times[subject.name]]
     train_rates = np.array([subject.batch_size / t for t in steps])
-    run_rates = np.array([subject.total_steps * subject.batch_size / subject.run_cost(t, e)
+    images = subject.total_steps * subject.batch_size
+    run_rates = np.array([images / subject.run_cost(t, e)
                           for t, e in zip(steps, evals, strict=True)])
+    startup_s = np.array([subject.startup_cost(t, e) for t, e in zip(steps, evals, strict=True)])
+    started_rates = np.array([images / (subject.run_cost(t, e) + c)
+                              for t, e, c in zip(steps, evals, startup_s, strict=True)])
     if subject is base:
-      base_rates = run_rates
+      base_rates, base_started_rates = run_rates, started_rates
     eval_share = np.median([1 - subject.total_steps * t / subject.run_cost(t, e)
                             for t, e in zip(steps, evals, strict=True)])
     input_share = np.median([t["input_s"] / t["step_s"] for t in times[subject.name]])
     ratios = common.paired_ratios(1 / run_rates, 1 / base_rates)
+    started_ratios = common.paired_ratios(1 / started_rates, 1 / base_started_rates)
     rows.append((subject.name, subject.batch_size, subject.total_steps,
                  ", ".join(f"{k} x{n}" for k, n in subject.calls.items()),
                  f"{np.median(train_rates):.1f}", f"{np.median(run_rates):.1f}",
                  f"{100 * input_share:.1f}%", f"{100 * eval_share:.1f}%",
-                 f"{1 / ratios['median']:.2f}x [{1 / ratios['q3']:.2f}, {1 / ratios['q1']:.2f}]"))
+                 _ratio(ratios), f"{np.median(startup_s):.0f}",
+                 f"{np.median(started_rates):.1f}", _ratio(started_ratios)))
     subject.close()
   print(f"\n{args.rounds} rounds of {args.steps} steps + every evaluator once; medians over "
         "rounds; img/s per core = images / CPU seconds of each config's process\n")
   common.print_table(("config", "batch", "steps/run", "evals/run", "train img/s/core",
                       "run img/s/core (input, step, evals)",
                       "input's share of a step", "evals' share",
-                      f"run throughput vs {base.name} (per round: median [quartiles])"), rows)
+                      f"run throughput vs {base.name} (per round: median [quartiles])",
+                      "start-up: compilation, first batch (core-s, once per run)",
+                      "run img/s/core with start-up", "with start-up vs the first"), rows)
+
+
+def _ratio(ratios: dict[str, float]) -> str:
+  """A throughput ratio from `common.paired_ratios` of costs: median [quartiles]."""
+  return f"{1 / ratios['median']:.2f}x [{1 / ratios['q3']:.2f}, {1 / ratios['q1']:.2f}]"
 
 
 if __name__ == "__main__":

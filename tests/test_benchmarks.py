@@ -98,6 +98,9 @@ def test_study_throughput_benchmark_charges_each_run_its_evaluators(offline_data
   assert all(float(c[4]) > 0 and float(c[5]) > 0 for c in cells)
   # The input alone costs a part of a step (which draws its batch too), never nothing.
   assert all(0 < float(c[6].rstrip("%")) < 100 for c in cells)
+  # Start-up (compilation, the first batch), charged once per run, lowers what a run pays.
+  assert all(float(c[9]) > 0 and 0 < float(c[10]) < float(c[5]) for c in cells)
+  assert cells[0][11] == "1.00x [1.00, 1.00]" and cells[1][11].endswith("]")
 
 
 def test_no_thp_turns_transparent_huge_pages_off_for_the_process_and_its_children():
@@ -156,3 +159,23 @@ def test_pallas_attention_benchmark_dry_run_without_tensorflow(tmp_path):
   assert "rule met in" in errors
   steps = _rows(memory, "mu/8 ")
   assert len(steps) == 4 and all(row.rstrip(" |").endswith("ran") for row in steps)
+
+
+def test_archived_throughput_is_images_over_the_last_core_hours(tmp_path):
+  """Each run pays its last step x batch images over its last logged core hours (a line
+  without core hours keeps the earlier value); a glob without runs is an error."""
+  for name, batch, lines in (
+      ("a-seed0", 32, [{"step": 1, "core_hours": 0.001}, {"step": 1250, "core_hours": 0.25}]),
+      ("a-seed1", 32, [{"step": 1000, "core_hours": 0.2}, {"step": 1250}]),
+      ("a-seed2", 128, [{"step": 900, "core_hours": 0.5}])):
+    run = tmp_path / name
+    run.mkdir()
+    (run / "config.json").write_text(f'{{"input": {{"batch_size": {batch}}}}}')
+    (run / "metrics.jsonl").write_text("".join(f"{x}\n".replace("'", '"') for x in lines))
+  rates = sorted([1250 * 32 / (0.25 * 3600), 1250 * 32 / (0.2 * 3600), 900 * 128 / 1800])
+  out = _run("archived_throughput.py", str(tmp_path / "a-*"))
+  assert out.strip() == (f"{tmp_path / 'a-*'}: 3 runs, img/s/core median {rates[1]:.1f} "
+                         f"[min {rates[0]:.1f}, max {rates[2]:.1f}]")
+  missing = subprocess.run([sys.executable, "benchmarks/archived_throughput.py",
+                            str(tmp_path / "b-*")], cwd=ROOT, capture_output=True, text=True)
+  assert missing.returncode != 0 and "no run directory matches" in missing.stderr
