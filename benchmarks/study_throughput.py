@@ -22,7 +22,8 @@ and shown beside it: the CPU seconds of the worker's first step and first call o
 evaluator (compilation, and the input pipeline's first batch: what a trainer's first step and
 evaluations pay, inside its core hours) less a round's step and evaluations, charged once per
 run (cold: the worker compiles without the persistent compilation cache a study's trainers
-keep, unless JAX_COMPILATION_CACHE_DIR is given among its variables). Ratios are to the first config; medians over rounds are shown.
+keep, unless JAX_COMPILATION_CACHE_DIR is given among its variables). Ratios are to the first
+config; medians over rounds are shown.
 """
 from __future__ import annotations
 
