@@ -139,8 +139,9 @@ def runs_table(results: Sequence[RunResult], baselines: Mapping[int, Mapping[str
                  _beats(r.transfer, _random_init_transfer(base)),
                  f"{r.core_hours:.2f}" if r.core_hours is not None else "-",
                  r.provenance.get("commit", "-")[:7], provenance.describe(r.starts)))
-  return _table(("run", "test acc %", "last quarter adds", "> pixel 1-NN", "> pixel ridge", "10-shot %",
-                 "> pixels", "> random init", "core hours", "commit", "CPU from step"), rows)
+  return _table(("run", "test acc %", "last quarter adds", "> pixel 1-NN", "> pixel ridge",
+                 "10-shot %", "> pixels", "> random init", "core hours", "commit",
+                 "CPU from step"), rows)
 
 
 def baselines_table(baselines: Mapping[int, Mapping[str, float]]) -> list[str]:
