@@ -18,18 +18,19 @@ import json
 import pathlib
 import statistics
 
+from big_vision_relu import metrics as metrics_lib
+from big_vision_relu.experiments import run_status
+
 
 def paid_rate(run_dir: pathlib.Path) -> float:
   """Training images per core-second that the archived run in `run_dir` paid."""
   batch_size = json.loads((run_dir / "config.json").read_text())["input"]["batch_size"]
-  step = core_hours = None
-  for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-    record = json.loads(line)
-    step = record["step"]
-    core_hours = record.get("core_hours", core_hours)
-  if step is None or not core_hours:
+  records = metrics_lib.read_metrics(run_dir)
+  core_hours = run_status.last_values(records, (run_status.CORE_HOURS,)).get(
+      run_status.CORE_HOURS)
+  if not core_hours:
     raise ValueError(f"{run_dir}: no step with core_hours in metrics.jsonl")
-  return step * batch_size / (core_hours * 3600)
+  return max(records) * batch_size / (core_hours * 3600)
 
 
 def main() -> None:

@@ -327,10 +327,7 @@ def test_fig1_core_hours_axis_reads_as_plain_numbers(hours, expected):
   import matplotlib.pyplot as plt
   figure, ax = plt.subplots()
   ax.plot(hours, [0.90, 0.91])
-  ax.set_xscale("log")
-  ax.xaxis.set_major_formatter(figures._PlainLogFormatter())
-  ax.xaxis.set_minor_formatter(figures._PlainLogFormatter(labelOnlyBase=False,
-                                                          minor_thresholds=(2, 0.5)))
+  figures._log_x_axis(ax)
   figure.canvas.draw()
   labels = {t.get_text() for t in ax.get_xticklabels(minor=True) + ax.get_xticklabels()
             if ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]} - {""}

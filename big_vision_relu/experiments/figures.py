@@ -100,6 +100,13 @@ class _PlainLogFormatter(ticker.LogFormatter):
     return f"{x:g}" if super().__call__(x, pos) else ""
 
 
+def _log_x_axis(ax: Axes) -> None:
+  """A log x scale labelled in plain numbers; its minor ticks too when it spans under a decade."""
+  ax.set_xscale("log")
+  ax.xaxis.set_major_formatter(_PlainLogFormatter())
+  ax.xaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
 def _finish_figure(figure: Figure, title: str, handles_from: Axes, ncol: int, *, seeds: bool,
                    note: str = _NOTE_X) -> None:
   """Suptitle, and a legend below the panels headed by the marker conventions (and the seeds'
@@ -146,11 +153,8 @@ def plot_fig1(rows: Sequence[Row], spec: sweep_lib.FigureSpec, title: str = "fig
                      va="bottom", fontsize=7, color="0.3", gid="missing", zorder=1.5,
                      bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.7})
       note.set_in_layout(False)
-    ax.set_xscale("log")
+    _log_x_axis(ax)
     ax.margins(x=0.1, y=0.08)
-    ax.xaxis.set_major_formatter(_PlainLogFormatter())
-    ax.xaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False,
-                                                    minor_thresholds=(2, 0.5)))
     ax.set_xlabel(spec.core_hours_label)
     ax.set_ylabel(ylabel)
     ax.set_title(_missing_title(ylabel, len(missing)), fontsize=10)
