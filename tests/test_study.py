@@ -76,9 +76,11 @@ def test_repro_run_rejects_unknown_arguments_and_pins_softmax_alpha():
 
 def _study(root, archive, *args, data_dir):
   env = {**os.environ, "TFDS_DATA_DIR": data_dir, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+  # Trainers at the test's own niceness (the driver's default adds 10): beside a real study's
+  # trainers they would otherwise get a sliver of a core and run past the timeout.
   return subprocess.run([sys.executable, "-m", "big_vision_relu.experiments.study",
-                         "--root", str(root), "--archive", str(archive), *args], check=False,
-                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+                         "--root", str(root), "--archive", str(archive), "--nice=0", *args],
+                        check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def test_a_two_run_study_trains_archives_reports_and_resumes(offline_data_dir, tmp_path):
