@@ -179,5 +179,8 @@ def _gate_cost_markdown(rows: Sequence[Row], panel_key: str) -> list[str]:
   cells.append(["all", _stat_cell(summarize([q for _, q in ratios]))])
   return ["", "## Gate cost: core hours with gate / without gate", "",
           ("Over the pairs of finished runs identical but for the gate: mean ± sample std "
-           "(number of pairs)."), "",
+           "(number of pairs). Core hours are the trainers' own count over all their starts, "
+           "so a pair that trained in different sessions also compares machines, allocators "
+           "and load (each run's starts are in its launches.jsonl, where it has one); the "
+           "gate's step time alone is timed in docs/benchmarks.md, section 2b."), "",
           *_table_lines([panel_key, "with / without gate"], cells)]
