@@ -257,6 +257,47 @@ def test_repro_fig4_gate_cost(tmp_path, capsys):
   assert tables.to_markdown(rows, REPRO_FIGURE).count("Gate cost") == 0  # fig4 sweeps only
 
 
+def _legend_overflow(figure) -> float:
+  """How far the legend's drawn part (its frameless border padding left out) and its title
+  reach beyond the figure's width, in pixels (<= 0: inside)."""
+  figure.canvas.draw()
+  (legend,) = figure.legends
+  blank = 2 * legend.borderpad * legend.prop.get_size_in_points() * figure.dpi / 72
+  drawn = max(legend.get_window_extent().width - blank,
+              legend.get_title().get_window_extent().width)
+  return drawn - figure.bbox.width
+
+
+@pytest.mark.parametrize("name", ["fig2_mini", "fig4_mini"])
+def test_a_one_panel_figure_wraps_its_legend_to_fit(tmp_path, name):
+  """The Fashion-MNIST study's Figures 2-4 have one panel (patch 2): their legends and the
+  marker conventions above them, one row and one line wide, were cut at the figure's edges.
+  They now take as many columns and lines as fit; with two panels the legend stays one row."""
+  activations = ("relu", "relu2", "gelu", "softplus", "sigmoid", "identity", "softmax")
+  grid = {"fig2_mini": [dict(attention=a) for a in activations],
+          "fig4_mini": [dict(attention=a, gated=g) for a in ("relu", "relu2")
+                        for g in (True, False)]}[name]
+  legends = {}
+  for patches in ((2,), (4, 2)):
+    (tmp_path / f"p{len(patches)}").mkdir()
+    path = _repro_sweep(tmp_path / f"p{len(patches)}", name,
+                        [_repro_args(patch=p, **args) for p in patches for args in grid])
+    root = tmp_path / f"p{len(patches)}" / "runs"
+    for patch in patches:
+      for args in grid:
+        _repro_run(root, path, {"test/prec@1": 0.8}, patch=patch, **args)
+    figure = figures.plot_sweep(name, run_status.collect(path, str(root), REPRO_FIGURE),
+                                REPRO_FIGURE)
+    assert _legend_overflow(figure) <= 0
+    (legend,) = figure.legends
+    assert len(legend.get_texts()) == len(grid)  # every series is in it
+    columns = len({round(t.get_window_extent().x0) for t in legend.get_texts()})
+    legends[len(patches)] = (columns, legend.get_title().get_text().count("\n") + 1)
+  # (columns, lines of conventions): one panel wraps both; two keep one row, a line each.
+  assert legends[1][0] < len(grid) and legends[1][1] == 3
+  assert legends[2] == (len(grid), 2)
+
+
 def test_alpha_tables_use_finished_runs_only(tmp_path):
   """fig2-4 Markdown: per column of the figure, series x alpha of the finished runs' accuracy
   (mean ± std over seeds); a running run's last value (e.g. step 1's) is not a result."""

@@ -23,9 +23,11 @@ import re
 from collections.abc import Callable, Sequence
 
 from matplotlib import ticker, transforms
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
 
 from big_vision_relu.experiments import sweep as sweep_lib
 from big_vision_relu.experiments.run_status import CORE_HOURS, Row
@@ -110,12 +112,37 @@ def _log_x_axis(ax: Axes) -> None:
 def _finish_figure(figure: Figure, title: str, handles_from: Axes, ncol: int, *, seeds: bool,
                    note: str = _NOTE_X) -> None:
   """Suptitle, and a legend below the panels headed by the marker conventions (and the seeds'
-  when the runs have a seed), one line each so that they fit the figure's width."""
+  when the runs have a seed). A legend wider than the figure would be cut at its edges, so the
+  conventions take a line each, or two if that is too wide, and the entries as many columns (at
+  most `ncol`) as fit the figure's width; a one-panel figure gets the narrower layouts."""
   handles, labels = handles_from.get_legend_handles_labels()
-  conventions = [_NOTE + note] + ([_NOTE_SEEDS] if seeds else [])
-  legend = figure.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False,
-                         title="\n".join(conventions), title_fontsize=7)
-  legend.get_title().set_color("0.35")
+  seeds_line = [_NOTE_SEEDS] if seeds else []
+  layouts = ([_NOTE + note] + seeds_line, [_NOTE.rstrip("; "), note] + seeds_line)
+  renderer = figure.canvas.get_renderer()
+
+  def add_legend(conventions: list[str], columns: int) -> Legend:
+    legend = figure.legend(handles, labels, loc="outside lower center", ncol=columns,
+                           frameon=False, title="\n".join(conventions), title_fontsize=7)
+    legend.get_title().set_color("0.35")
+    return legend
+
+  def width(artist: Artist) -> float:
+    return artist.get_window_extent(renderer).width
+
+  def title_fits(conventions: list[str]) -> bool:
+    legend = add_legend(conventions, 1)
+    fits = width(legend.get_title()) <= figure.bbox.width
+    legend.remove()
+    return fits
+
+  conventions = next((lines for lines in layouts if title_fits(lines)), layouts[-1])
+  for columns in range(max(ncol, 1), 0, -1):
+    legend = add_legend(conventions, columns)
+    # Without a frame the legend's border padding is blank: it may fall outside the figure.
+    blank = 2 * legend.borderpad * legend.prop.get_size_in_points() * figure.dpi / 72
+    if columns == 1 or width(legend) - blank <= figure.bbox.width:
+      break
+    legend.remove()
   figure.suptitle(title)
 
 
