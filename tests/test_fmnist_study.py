@@ -179,6 +179,24 @@ def test_verdicts_on_a_synthetic_archive(tmp_path, monkeypatch):
   assert (tmp_path / "out" / "curves.png").stat().st_size > 0
 
 
+def test_the_curves_draw_phase_a_the_calibration_and_the_held_out_seed_only(tmp_path):
+  """curves.png labels a run by attention, alpha, epochs, lr and seed: B and C's runs (qk-LN
+  off, the gate, relu2) would repeat phase A's labels, so they are not drawn."""
+  archive, steps = tmp_path / "archive", _eval_steps(9375)
+  drawn = [fmnist.run(attention="softmax"), fmnist.run(attention="relu", alpha=0.0, seed=1),
+           fmnist.run(attention="relu", seed=fmnist.HELD_OUT_SEED),
+           fmnist.run(attention="relu", epochs=10)]
+  not_drawn = [fmnist.run(attention="relu", alpha=0.0, gated=True),
+               fmnist.run(attention="relu", alpha=0.0, qk_norm=False),
+               fmnist.run(attention="relu2", alpha=0.0)]
+  for run in drawn + not_drawn:
+    _archive_run(archive, run, dict.fromkeys(steps, 0.9), transfer=0.5)
+  results = fmnist_report.load_results(archive)
+  assert sum(bool(r.curve) for r in results) == len(drawn + not_drawn)
+  assert ({r.run.run_id for r in fmnist_report.curve_runs(results)}
+          == {run.run_id for run in drawn})
+
+
 def test_the_runs_table_says_which_cpu_trained_each_part_of_a_run(tmp_path):
   """A run resumed on another machine says so (XLA:CPU's results differ at rounding level
   between CPU models; docs/reproduction.md 1.4). Starts recorded before launches named their

@@ -417,15 +417,21 @@ def held_out_lines(results: Sequence[RunResult]) -> list[str]:
           f"{_pct(mean + 2 * sd)}): **{'inside' if inside else 'OUTSIDE'}** the seed spread.", ""]
 
 
+def curve_runs(results: Sequence[RunResult]) -> list[RunResult]:
+  """The runs curves.png draws: phase A's, the calibration's and the held-out seed's (softmax
+  and relu at L = 196, qk-LN on, no gate) that have a curve. Its labels name only attention,
+  alpha, epochs, lr and seed, so the other phases' runs would repeat them."""
+  shown = {run.run_id for run in fmnist.phase_a() + fmnist.calibration() + fmnist.held_out()}
+  return [r for r in results if r.run.run_id in shown and r.curve and r.total_steps]
+
+
 def plot_curves(results: Sequence[RunResult], baselines: Mapping[int, Mapping[str, float]],
                 path: pathlib.Path) -> None:
-  """Test accuracy against epochs for the L = 196 runs of phase A and calibration."""
+  """Test accuracy against epochs for `curve_runs`, with the pixel baselines."""
   figure, ax = plt.subplots(figsize=(7, 4.5))
   colors = {"softmax": "tab:blue", "relu": "tab:red"}
-  for r in results:
+  for r in curve_runs(results):
     args = r.run.args
-    if args["patch"] != 2 or args["attention"] not in colors or not r.curve or not r.total_steps:
-      continue
     epochs = [s / r.total_steps * args["epochs"] for s in r.curve]
     style = "-" if args["alpha"] == 1.0 or args["attention"] == "softmax" else ":"
     ax.plot(epochs, list(r.curve.values()), style, color=colors[args["attention"]],
