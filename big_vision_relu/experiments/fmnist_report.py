@@ -418,9 +418,8 @@ def held_out_lines(results: Sequence[RunResult]) -> list[str]:
 
 
 def curve_runs(results: Sequence[RunResult]) -> list[RunResult]:
-  """The runs curves.png draws: phase A's, the calibration's and the held-out seed's (softmax
-  and relu at L = 196, qk-LN on, no gate) that have a curve. Its labels name only attention,
-  alpha, epochs, lr and seed, so the other phases' runs would repeat them."""
+  """The runs curves.png draws, those of phase A, the calibration and the held-out seed: its
+  labels (attention, alpha, epochs, lr, seed) would repeat for the other phases' runs."""
   shown = {run.run_id for run in fmnist.phase_a() + fmnist.calibration() + fmnist.held_out()}
   return [r for r in results if r.run.run_id in shown and r.curve and r.total_steps]
 
