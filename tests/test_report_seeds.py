@@ -257,15 +257,14 @@ def test_repro_fig4_gate_cost(tmp_path, capsys):
   assert tables.to_markdown(rows, REPRO_FIGURE).count("Gate cost") == 0  # fig4 sweeps only
 
 
-def _legend_overflow(figure) -> float:
-  """How far the legend's drawn part (its frameless border padding left out) and its title
-  reach beyond the figure's width, in pixels (<= 0: inside)."""
+def _legend_inside(figure) -> bool:
+  """Whether every drawn part of the figure's legend (entries' texts and handles, the title of
+  conventions) lies within the figure's width."""
   figure.canvas.draw()
   (legend,) = figure.legends
-  blank = 2 * legend.borderpad * legend.prop.get_size_in_points() * figure.dpi / 72
-  drawn = max(legend.get_window_extent().width - blank,
-              legend.get_title().get_window_extent().width)
-  return drawn - figure.bbox.width
+  parts = [*legend.get_texts(), *legend.legend_handles, legend.get_title()]
+  extents = [part.get_window_extent() for part in parts]
+  return min(e.x0 for e in extents) >= 0 and max(e.x1 for e in extents) <= figure.bbox.width
 
 
 @pytest.mark.parametrize("name", ["fig2_mini", "fig4_mini"])
@@ -288,7 +287,7 @@ def test_a_one_panel_figure_wraps_its_legend_to_fit(tmp_path, name):
         _repro_run(root, path, {"test/prec@1": 0.8}, patch=patch, **args)
     figure = figures.plot_sweep(name, run_status.collect(path, str(root), REPRO_FIGURE),
                                 REPRO_FIGURE)
-    assert _legend_overflow(figure) <= 0
+    assert _legend_inside(figure)
     (legend,) = figure.legends
     assert len(legend.get_texts()) == len(grid)  # every series is in it
     columns = len({round(t.get_window_extent().x0) for t in legend.get_texts()})
