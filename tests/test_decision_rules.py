@@ -97,6 +97,10 @@ def test_claims_table_judges_every_rule():
               for a, accs in fig1_s.items() for s, acc in enumerate(accs)]
   results += [_result(fmnist.run(attention="relu", alpha=0.0, qk_norm=False), 0.880),
               _result(fmnist.run(attention="identity", alpha=1.0), 0.84)]
+  # relu2's gated alpha pair: Delta +0.2, +1.5, -0.5 points at seeds 0-2 (mean +0.4, SE 0.59).
+  gated_relu2 = {1.0: (0.892, 0.905, 0.885), 0.0: (0.890, 0.890, 0.890)}
+  results += [_result(fmnist.run(attention="relu2", alpha=alpha, gated=True, seed=s), acc)
+              for alpha, accs in gated_relu2.items() for s, acc in enumerate(accs)]
   base = {"test/pixel_1nn": 0.85, "test/pixel_ridge": 0.81}
   text = "\n".join(fmnist_report.claims_table(results, {2: base, 4: base}))
   rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in text.splitlines()
@@ -122,6 +126,16 @@ def test_claims_table_judges_every_rule():
       "not measured (identity a1: a run at or below a pixel baseline)")
   assert rows["the gate does not remove the need for L scaling (Fig. 4, relu)"][3:6] == [
       "-", "-", "not yet measured"]
+  # Its single-seed row: +0.20, within the noise. Its paired row is judged at m = 0: 0.4 - 2 x
+  # 0.59 is above -1 (m = 1 would say "holds") but not above 0.
+  assert rows["the gate does not remove the need for L scaling (Fig. 4, relu2)"][:6] == [
+      "relu2 a1 gated - relu2 a0 gated", "+0.20", f"{100 * noise:.2f} (noise)", "0",
+      "AMD EPYC", "inconclusive"]
+  d = np.subtract(gated_relu2[1.0], gated_relu2[0.0])
+  needed = next(n for n in range(3, 1000) if abs(d.mean()) > 2 * d.std(ddof=1) / np.sqrt(n))
+  assert rows["the gate does not remove the need for L scaling (Fig. 4, relu2, seeds 0-2, "
+              "m = 0)"][1:7] == ["+0.40", f"{100 * d.std(ddof=1) / np.sqrt(3):.2f} (SE)",
+                                 "0, 1, 2", "AMD EPYC", "inconclusive", f"{needed} |"]
   # Without phase A's three seeds there is no sigma: single-seed rows wait.
   partial = [r for r in results if r.run.args["seed"] != 2]
   text = "\n".join(fmnist_report.claims_table(partial, {2: base, 4: base}))

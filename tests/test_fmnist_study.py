@@ -30,7 +30,7 @@ def test_plan_trains_every_run_once_phase_a_and_calibration_first():
   planned = study.plan(fmnist.PHASES)
   every = {r.run_id for path in SWEEPS for r in sweep_lib.load_sweep(path)}
   assert {p.run.run_id for p in planned} == every
-  assert len(planned) == len(every) == 64
+  assert len(planned) == len(every) == 68
   first = [p.run for p in planned[:6]]
   assert first == [fmnist.run(attention="softmax"), fmnist.run(attention="relu"),
                    *fmnist.calibration()]
@@ -41,6 +41,14 @@ def test_plan_trains_every_run_once_phase_a_and_calibration_first():
   # Phase D (Figure 1, L = 49) comes right after phase A and the held-out seed, before B and C.
   fig1 = {r.run_id for r in sweep_lib.load_sweep("configs/study/fig1.py")}
   assert {p.run.run_id for p in planned[14:14 + len(fig1)]} == fig1
+  # Phase 11 (added in the study's twenty-sixth session) holds relu2's gated seed 1-2 pairs, and
+  # nothing earlier changed by it: phase 8 keeps its four seed-0 gated runs.
+  assert [p.run for p in planned if p.phase == 11] == [
+      fmnist.run(attention="relu2", alpha=alpha, gated=True, seed=seed)
+      for seed in (1, 2) for alpha in (0.0, 1.0)]
+  assert [p.run for p in planned if p.phase == 8] == [
+      fmnist.run(attention=a, alpha=alpha, gated=True) for a in ("relu", "relu2")
+      for alpha in (0.0, 1.0)]
   # Figure 3's qk-LN-on and Figure 4's ungated runs are Figure 2's: one run, several sweeps.
   shared = next(p for p in planned if p.run == fmnist.run(attention="relu2", alpha=1.5))
   assert set(shared.sweeps) == {"configs/study/fig2.py", "configs/study/fig3.py",
@@ -55,12 +63,12 @@ def test_plan_trains_every_run_once_phase_a_and_calibration_first():
 def test_the_two_runs_of_a_paired_difference_are_adjacent_in_the_plan():
   """The study trains two runs at once in plan order, so each seed's pair of a paired claim
   that has not started yet (Figure 1's softmax and relu/L at L = 49: phase 4; relu2's alpha 0
-  and 1 at seeds 1-2: phase 9) comes as two adjacent runs, started together or one after the
-  other: on one machine (docs/reproduction.md 1.4)."""
+  and 1 at seeds 1-2, without and with the gate: phases 9 and 11) comes as two adjacent runs,
+  started together or one after the other: on one machine (docs/reproduction.md 1.4)."""
   planned = study.plan(fmnist.PHASES)
-  for phase, contrast in ((4, "attention"), (9, "alpha")):
+  for phase, contrast in ((4, "attention"), (9, "alpha"), (11, "alpha")):
     runs = [p.run for p in planned if p.phase == phase]
-    assert len(runs) % 2 == 0
+    assert runs and len(runs) % 2 == 0, phase
     for first, second in zip(runs[::2], runs[1::2]):
       assert {k for k in first.args if first.args[k] != second.args[k]} == {contrast}, (
           first.run_id, second.run_id)
@@ -70,7 +78,7 @@ def test_after_phase_a_and_d_the_runs_a_claim_needs_come_first():
   """Phases B and C start with the runs some claim of docs/reproduction.md 1.2 (the report's
   CLAIMS) judges, so a study cut short leaves out only runs no verdict needs."""
   def needed(run):
-    for claim in fmnist_report.CLAIMS:
+    for claim in fmnist.CLAIMS:
       seeds = fmnist.SEEDS if claim.rule == "paired" else (0,)
       for arm in (claim.a, claim.b):
         want = fmnist.run(**arm).args
@@ -82,7 +90,7 @@ def test_after_phase_a_and_d_the_runs_a_claim_needs_come_first():
   fig1 = sweep_lib.load_sweep("configs/study/fig1.py")
   later = study.plan(fmnist.PHASES)[14 + len(fig1):]  # after A, the held-out seed and D
   needs = [needed(p.run) for p in later]
-  assert needs == sorted(needs, reverse=True) and needs.count(True) == 19, [
+  assert needs == sorted(needs, reverse=True) and needs.count(True) == 23, [
       (p.run.run_id, n) for p, n in zip(later, needs)]
   assert all(needed(r) for r in fig1)
 
@@ -157,9 +165,9 @@ def test_verdicts_on_a_synthetic_archive(tmp_path, monkeypatch):
       "test/pixel_1nn": 0.855, "test/pixel_ridge": 0.81, "fewshot/pixels/10shot_avg": 0.78,
       "fewshot/random_init/seed0/10shot_avg": 0.3}))
   text = fmnist_report.write(archive, tmp_path / "out").read_text()
-  assert "(6 of 64 runs finished)" in text
+  assert "(6 of 68 runs finished)" in text
   # Compute by phase: the six runs' recorded core hours (0.9375 each: their last line's).
-  assert "| **total** | 64 | 6 | 5.6 | " in text
+  assert "| **total** | 68 | 6 | 5.6 | " in text
   assert "Held-out seed (relu/L, seed 3): not yet measured." in text
   fig1 = text.split("| relu/L approaches or matches softmax (Fig. 1, Ti, L = 196) | ")[1]
   # -4.4 points at SE 0.4 would not hold, but relu/L's seed 1 (0.850) is below the pixel 1-NN

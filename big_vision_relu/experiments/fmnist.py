@@ -1,13 +1,17 @@
-"""The Fashion-MNIST study's grid and run order (docs/reproduction.md; configs/study/*.py).
+"""The Fashion-MNIST study's grid, run order and claims (docs/reproduction.md; configs/study/).
 
 Every run uses configs/study/fmnist_vit.py with all its study arguments spelled out in one
 order, so a run shared by several figures has one run id and is trained once. Phases follow
-the issue's plan: a partial study answers the main question first.
+the issue's plan: a partial study answers the main question first, and the runs a claim
+(`CLAIMS`, judged by `experiments.fmnist_report`) needs come before those that only draw a
+figure.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from big_vision_relu.experiments import decision_rules
 from big_vision_relu.experiments.sweep import FigureSpec, Grid, Run
 
 CONFIG = "configs/study/fmnist_vit.py"
@@ -75,9 +79,12 @@ PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("configs/study/fig2.py", {"attention": "relu2", "alpha": (0.0, 1.0), "seed": 0}),
     ("configs/study/fig2.py", {"attention": "identity", "alpha": 1.0}),
     ("configs/study/fig3.py", {"alpha": (0.0, 1.0)}),
-    ("configs/study/fig4.py", {"alpha": (0.0, 1.0)}),
+    ("configs/study/fig4.py", {"alpha": (0.0, 1.0), "seed": 0}),
     ("configs/study/fig2.py", {"attention": "relu2", "alpha": (0.0, 1.0)}),
     ("configs/study/fig3.py", {}),
+    # Added in the study's twenty-sixth session, before any of its runs existed (1.2): relu2's
+    # gated alpha pair at seeds 1-2, so the gate row for relu2 is also judged paired.
+    ("configs/study/fig4.py", {"attention": "relu2", "gated": True, "seed": (1, 2)}),
     # Last, the runs no claim needs (Figures 2 and 4 drawn in full): the first to be cut.
     ("configs/study/fig2.py", {}),
     ("configs/study/fig4.py", {}),
@@ -85,3 +92,46 @@ PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
 # The recipe's calibration (phase 0's runs at the recipe, phase 1's at the other points): until
 # its rules (docs/reproduction.md 1.2) accept the recipe, launch/study.sh runs only these.
 CALIBRATION_PHASES = (0, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """A claim of the paper as docs/reproduction.md 1.2 judges it: Delta = arm `a` (the one the
+  paper favours) - arm `b`, each given by its run arguments but the seed (`run`'s defaults
+  for the rest), by `rule`: "paired" over seeds (`decision_rules.verdict` at `margin`: 1 point,
+  "a at most 1 point worse than b"; 0, "a better than b"), or seed 0 alone against phase A's
+  seed noise, "favours" (a better than b) or "little_effect" (a and b differ little)."""
+  text: str
+  a: dict[str, Any]
+  b: dict[str, Any]
+  rule: str = "paired"
+  margin: float = decision_rules.MARGIN
+
+
+PHASE_A_ARMS = (dict(attention="softmax"), dict(attention="relu", alpha=1.0),
+                dict(attention="relu", alpha=0.0))
+CLAIMS = (
+    Claim("relu/L approaches or matches softmax (Fig. 1, Ti, L = 196)",
+          dict(attention="relu", alpha=1.0), dict(attention="softmax")),
+    *(Claim(f"relu/L approaches or matches softmax (Fig. 1, {size}, L = 49)",
+            dict(size=size, patch=4, attention="relu", alpha=1.0),
+            dict(size=size, patch=4, attention="softmax")) for size in SIZES),
+    *(Claim(f"alpha 1 at least as good as alpha 0 (Fig. 2, {attention})",
+            dict(attention=attention, alpha=1.0), dict(attention=attention, alpha=0.0))
+      for attention in ("relu", "relu2")),
+    Claim("removing the activation hurts (Fig. 2)", dict(attention="relu", alpha=1.0),
+          dict(attention="identity", alpha=1.0), "favours"),
+    *(Claim(f"qk-LayerNorm has little effect (Fig. 3, {attention}, alpha {alpha:g})",
+            dict(attention=attention, alpha=alpha, qk_norm=True),
+            dict(attention=attention, alpha=alpha, qk_norm=False), "little_effect")
+      for attention in ("relu", "relu2") for alpha in ABLATION_ALPHAS),
+    *(Claim(f"the gate does not remove the need for L scaling (Fig. 4, {attention})",
+            dict(attention=attention, alpha=1.0, gated=True),
+            dict(attention=attention, alpha=0.0, gated=True), "favours")
+      for attention in ("relu", "relu2")),
+    # Added in the twenty-sixth session, before its seed 1-2 runs existed (docs/reproduction.md
+    # 1.2): the row above, paired over seeds 0-2, "a better than b" as its rule asks (m = 0).
+    Claim("the gate does not remove the need for L scaling (Fig. 4, relu2, seeds 0-2, m = 0)",
+          dict(attention="relu2", alpha=1.0, gated=True),
+          dict(attention="relu2", alpha=0.0, gated=True), margin=0.0),
+)

@@ -256,42 +256,6 @@ def calibration_lines(results: Sequence[RunResult]) -> list[str]:
       ""]
 
 
-@dataclasses.dataclass(frozen=True)
-class Claim:
-  """A claim of the paper as docs/reproduction.md 1.2 judges it: Delta = arm `a` (the one the
-  paper favours) - arm `b`, each given by its run arguments but the seed (`fmnist.run`'s
-  defaults for the rest), by `rule`: "paired" over seeds, or seed 0 alone against phase A's
-  seed noise, "favours" (a better than b) or "little_effect" (a and b differ little)."""
-  text: str
-  a: dict[str, Any]
-  b: dict[str, Any]
-  rule: str = "paired"
-
-
-PHASE_A_ARMS = (dict(attention="softmax"), dict(attention="relu", alpha=1.0),
-                dict(attention="relu", alpha=0.0))
-CLAIMS = (
-    Claim("relu/L approaches or matches softmax (Fig. 1, Ti, L = 196)",
-          dict(attention="relu", alpha=1.0), dict(attention="softmax")),
-    *(Claim(f"relu/L approaches or matches softmax (Fig. 1, {size}, L = 49)",
-            dict(size=size, patch=4, attention="relu", alpha=1.0),
-            dict(size=size, patch=4, attention="softmax")) for size in fmnist.SIZES),
-    *(Claim(f"alpha 1 at least as good as alpha 0 (Fig. 2, {attention})",
-            dict(attention=attention, alpha=1.0), dict(attention=attention, alpha=0.0))
-      for attention in ("relu", "relu2")),
-    Claim("removing the activation hurts (Fig. 2)", dict(attention="relu", alpha=1.0),
-          dict(attention="identity", alpha=1.0), "favours"),
-    *(Claim(f"qk-LayerNorm has little effect (Fig. 3, {attention}, alpha {alpha:g})",
-            dict(attention=attention, alpha=alpha, qk_norm=True),
-            dict(attention=attention, alpha=alpha, qk_norm=False), "little_effect")
-      for attention in ("relu", "relu2") for alpha in fmnist.ABLATION_ALPHAS),
-    *(Claim(f"the gate does not remove the need for L scaling (Fig. 4, {attention})",
-            dict(attention=attention, alpha=1.0, gated=True),
-            dict(attention=attention, alpha=0.0, gated=True), "favours")
-      for attention in ("relu", "relu2")),
-)
-
-
 def _arm(args: Mapping[str, Any]) -> str:
   """A short name of an arm, e.g. "relu2 a1 gated", "softmax S L=49" (size and L only where
   they are not the main setting's)."""
@@ -308,13 +272,13 @@ def phase_a_sigma(results: Sequence[RunResult]) -> float | None:
   """sigma of 1.2: the seed sd pooled over phase A's three arms (None until all have seeds
   0-2; the held-out seed is not one of them)."""
   arms = [{s: a for s, a in _by_seed(results, **arm).items() if s in fmnist.SEEDS}
-          for arm in PHASE_A_ARMS]
+          for arm in fmnist.PHASE_A_ARMS]
   if any(len(arm) < len(fmnist.SEEDS) for arm in arms):
     return None
   return rules_lib.pooled_sd(arms)
 
 
-def _judge(claim: Claim, results: Sequence[RunResult],
+def _judge(claim: fmnist.Claim, results: Sequence[RunResult],
            baselines: Mapping[int, Mapping[str, float]], noise: float | None) -> tuple[str, ...]:
   """(Delta, SE or noise, seeds, their runs' CPUs, verdict, seeds to decide) of one claim, as
   table cells."""
@@ -341,8 +305,8 @@ def _judge(claim: Claim, results: Sequence[RunResult],
     return (*cells, f"not measured ({' and '.join(below)}: a run at or below a pixel "
             "baseline)", "-")
   if claim.rule == "paired":
-    verdict = rules_lib.verdict(comparison)
-    needed = (rules_lib.seeds_to_decide(comparison)
+    verdict = rules_lib.verdict(comparison, claim.margin)
+    needed = (rules_lib.seeds_to_decide(comparison, claim.margin)
               if verdict == rules_lib.INCONCLUSIVE else None)
     if len(comparison.seeds) < len(fmnist.SEEDS):  # every paired arm plans fmnist.SEEDS
       verdict += f" (interim: {len(comparison.seeds)} of {len(fmnist.SEEDS)} seeds)"
@@ -357,13 +321,13 @@ def claims_table(results: Sequence[RunResult],
   sigma = phase_a_sigma(results)
   noise = None if sigma is None else rules_lib.single_seed_noise(sigma)
   rows = [(c.text, f"{_arm(c.a)} - {_arm(c.b)}", *_judge(c, results, baselines, noise))
-          for c in CLAIMS]
+          for c in fmnist.CLAIMS]
   margin = 100 * rules_lib.MARGIN
   return [
       *_table(("claim", "Delta = A - B", "Delta (points)", "+-", "seeds", "CPUs", "verdict",
                "seeds to decide"), rows),
-      f"- Paired rows (several seeds): mean Delta over seeds against m = {margin:g} point with "
-      "2 SE; with 3 seeds 2 SE is lenient (t with 2 degrees of freedom puts 95% at 4.3 SE). "
+      f"- Paired rows (several seeds): mean Delta over seeds against m = {margin:g} point (a "
+      "row that says m = 0: 'A is better than B') with 2 SE; with 3 seeds 2 SE is lenient (t with 2 degrees of freedom puts 95% at 4.3 SE). "
       "Seeds to decide: how many seeds an inconclusive row would need if its mean and per-seed "
       "sd stayed as measured. A verdict on fewer seeds than planned is interim: with 2, 2 SE "
       "is very lenient (1 degree of freedom puts 95% at 12.7 SE).",

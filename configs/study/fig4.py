@@ -1,5 +1,6 @@
 r"""Figure 4 on Fashion-MNIST at L = 196: relu and relu2 at alpha 0, 1, 1.5 with the paper's
-gated attention (the ungated twins are Figure 2's runs, trained once). Seed 0.
+gated attention (the ungated twins are Figure 2's runs, trained once). Seed 0; relu2's gated
+alpha 0 and 1 also at seeds 1-2, for the paired gate row (docs/reproduction.md 1.2).
 
     python -m big_vision_relu.experiments.sweep configs/study/fig4.py --list
 """
@@ -10,4 +11,8 @@ FIGURE = fmnist.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  return fmnist.GRID.ablation("gated", fmnist.ABLATION_ALPHAS)
+  runs = fmnist.GRID.ablation("gated", fmnist.ABLATION_ALPHAS)
+  # A seed's alpha pair next to each other, so it trains on one machine (see fig1.py).
+  runs += [fmnist.run(attention="relu2", alpha=alpha, gated=True, seed=seed)
+           for seed in fmnist.SEEDS[1:] for alpha in (0.0, 1.0)]
+  return runs
