@@ -57,6 +57,12 @@ def calibration() -> list[Run]:
           if (epochs, lr) != (EPOCHS, LR) for attention in ("softmax", "relu")]
 
 
+def later_seed_alpha_pairs(**args: Any) -> list[Run]:
+  """Seeds 1-2 of a paired alpha row (alpha 1 - alpha 0; seed 0 is in the sweep already), a
+  seed's alpha 0 and 1 next to each other, so that pair trains on one machine (see fig1.py)."""
+  return [run(**args, alpha=alpha, seed=seed) for seed in SEEDS[1:] for alpha in (0.0, 1.0)]
+
+
 def held_out() -> list[Run]:
   """relu/L at L = 196 with a seed none of the comparisons uses."""
   return [run(attention="relu", seed=HELD_OUT_SEED)]

@@ -15,9 +15,7 @@ def get_sweep() -> list[Run]:
   runs = fmnist.phase_a()
   runs += [fmnist.run(attention=a, alpha=alpha) for a in ("relu", "relu2")
            for alpha in fmnist.ALPHAS if (a, alpha) not in (("relu", 0.0), ("relu", 1.0))]
-  # A seed's alpha pair next to each other, so it trains on one machine (see fig1.py).
-  runs += [fmnist.run(attention="relu2", alpha=alpha, seed=seed) for seed in fmnist.SEEDS[1:]
-           for alpha in (0.0, 1.0)]
+  runs += fmnist.later_seed_alpha_pairs(attention="relu2")
   runs += [fmnist.run(attention=a, alpha=alpha) for a in fmnist.OTHER_ACTIVATIONS
            for alpha in (0.0, 1.0)]
   return runs

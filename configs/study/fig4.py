@@ -11,8 +11,5 @@ FIGURE = fmnist.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  runs = fmnist.GRID.ablation("gated", fmnist.ABLATION_ALPHAS)
-  # A seed's alpha pair next to each other, so it trains on one machine (see fig1.py).
-  runs += [fmnist.run(attention="relu2", alpha=alpha, gated=True, seed=seed)
-           for seed in fmnist.SEEDS[1:] for alpha in (0.0, 1.0)]
-  return runs
+  return (fmnist.GRID.ablation("gated", fmnist.ABLATION_ALPHAS)
+          + fmnist.later_seed_alpha_pairs(attention="relu2", gated=True))
