@@ -208,16 +208,20 @@ def test_the_curves_draw_phase_a_the_calibration_and_the_held_out_seed_only(tmp_
 def test_the_runs_table_says_which_cpu_trained_each_part_of_a_run(tmp_path):
   """A run resumed on another machine says so (XLA:CPU's results differ at rounding level
   between CPU models; docs/reproduction.md 1.4). Starts recorded before launches named their
-  CPU are '?', but for the last: the machine that finished the run (its provenance)."""
+  CPU are '?', but for the last: the machine that finished the run (its provenance). Resumes on
+  the CPU model of the start before them are folded into it."""
   archive, steps = tmp_path / "archive", _eval_steps(9375)
   expected = {"softmax": "AMD EPYC from 0", "relu": "? from 0, ? from 7032, Intel Xeon from 8095",
-              "identity": "finished on AMD EPYC"}
+              "identity": "finished on AMD EPYC", "gelu": "AMD EPYC from 0, Intel Xeon from 5000"}
   for attention, launches, finished_on in (
       ("softmax", [{"resumes_from_step": 0}], "AMD EPYC"),
       ("identity", [], "AMD EPYC"),  # archived before launch records
       ("relu", [{"resumes_from_step": 0}, {"resumes_from_step": 7032},
                 {"resumes_from_step": 8095, "cpu": "Intel(R) Xeon(R) Processor"}],
-       "Intel(R) Xeon(R) Processor")):
+       "Intel(R) Xeon(R) Processor"),
+      ("gelu", [{"resumes_from_step": step, "cpu": cpu} for step, cpu in (  # resumes, same CPU
+          (0, "AMD EPYC"), (3000, "AMD EPYC"), (5000, "Intel(R) Xeon(R) Processor"),
+          (7000, "Intel(R) Xeon(R) Processor"))], "Intel(R) Xeon(R) Processor")):
     run = fmnist.run(attention=attention)
     _archive_run(archive, run, dict.fromkeys(steps, 0.9), transfer=0.5)
     directory = study.archived_dir(archive, run)

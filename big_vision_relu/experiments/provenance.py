@@ -99,6 +99,11 @@ def starts(directory: pathlib.Path) -> Starts:
 
 
 def describe(run_starts: Starts) -> str:
-  """'AMD EPYC from 0, Intel Xeon from 8095', or 'finished on AMD EPYC' (`starts`)."""
+  """'AMD EPYC from 0, Intel Xeon from 8095', or 'finished on AMD EPYC' (`starts`).
+
+  A resume on the same (known) CPU model as the start before it is folded into that start: the
+  column says which CPU trained which steps, not how often the run was parked."""
+  merged = [start for i, start in enumerate(run_starts)
+            if i == 0 or start[1] == "?" or start[1] != run_starts[i - 1][1]]
   return ", ".join(f"finished on {cpu}" if step is None else f"{cpu} from {step}"
-                   for step, cpu in run_starts) or "-"
+                   for step, cpu in merged) or "-"
