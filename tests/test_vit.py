@@ -1,4 +1,6 @@
 """ViT: big_vision's parameter tree, a float64 numpy forward, and .npz loading."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,6 +110,7 @@ def test_scan_layout_stacks_blocks():
     dict(attention="relu", qk_norm=True),
     dict(attention="relu2", seqlen_alpha=0.5, gated=True),
     dict(attention="sigmoid", seqlen_alpha=1.5, qk_norm=True, gated=True, gate_activation="silu"),
+    dict(pool_type="map", attention="relu", qk_norm=True, gated=True, flatten_tokens=True),
 ])
 def test_logits_equal_float64_numpy_forward(kw):
   model = vit.Model(5, **SMALL, **kw)
@@ -125,6 +128,34 @@ def test_logits_equal_float64_numpy_forward(kw):
   assert {"stem", "with_posemb", "encoder", "encoded", "head_input", "pre_logits",
           "pre_logits_2d", "logits", "logits_2d"} <= set(out)
   assert set(out["encoder"]) == {"block00", "block01", "pre_ln"}
+
+
+@pytest.mark.parametrize("kw", [dict(attention="relu", qk_norm=True),
+                                dict(pool_type="map", attention="relu2", gated=True)])
+def test_flatten_tokens_changes_neither_parameters_nor_results(kw):
+  """flatten_tokens=True (the Dense layers on [batch * len, ...]) is the same model: the same
+  parameter tree and initial values, and bit-identical logits and gradients; but its Dense
+  layers do run on the flat tokens."""
+  images = IMAGES[:1].repeat(3, axis=0) + jnp.arange(3.0)[:, None, None, None]  # [3, 32, 32, 3]
+  model, flat = vit.Model(5, **SMALL, **kw), vit.Model(5, **SMALL, **kw, flatten_tokens=True)
+  forward = lambda m: lambda p: m.apply({"params": p}, images)[0]  # noqa: E731
+  init = lambda m: m.init(jax.random.PRNGKey(0), images)["params"]  # noqa: E731
+  jax.tree.map(np.testing.assert_array_equal, init(flat), init(model))
+  params = randomized_init(model, images)
+
+  def dot_operands(m):  # the operand types of every dot in the forward's StableHLO
+    text = jax.jit(forward(m)).lower(params).as_text()
+    return " ".join(line.rsplit(":", 1)[1] for line in text.splitlines() if "dot_general" in line)
+
+  batch_len_features = r"tensor<3x16x\d+xf32>"  # [batch 3, len 16, features]: a Dense's input
+  assert re.search(batch_len_features, dot_operands(model))
+  assert not re.search(batch_len_features, dot_operands(flat))
+
+  loss_and_grads = lambda m: jax.jit(jax.value_and_grad(  # noqa: E731
+      lambda p: jnp.sum(jnp.sin(forward(m)(p)))))(params)
+  (loss, grads), (flat_loss, flat_grads) = loss_and_grads(model), loss_and_grads(flat)
+  assert flat_loss == loss
+  jax.tree.map(np.testing.assert_array_equal, flat_grads, grads)
 
 
 def test_dtype_mm_bfloat16_close_to_float32():
@@ -204,6 +235,8 @@ def test_dont_load_and_strict_diff(tmp_path):
     (dict(attention_impl="flash"), "valid: dense"),
     (dict(attention="tanh"), "valid choices: softmax, relu"),
     (dict(gate_activation="silu"), "no effect without gated=True"),
+    (dict(flatten_tokens=True, attention="relu", attention_impl="seq_parallel"),
+     "set flatten_tokens=False with seq_parallel"),
 ])
 def test_config_errors(kw, match):
   with pytest.raises(ValueError, match=match):

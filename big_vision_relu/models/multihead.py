@@ -19,6 +19,19 @@ from big_vision_relu.models.attention import AttentionOptions
 Array = jax.Array
 
 
+def on_flat_tokens(layer: Callable[[Array], Array], x: Array, feature_axes: int = 1) -> Array:
+  """`layer(x)` with the leading (batch, token) axes of x merged into one and restored after.
+
+  x `[batch..., *features]` (`feature_axes` trailing axes) -> `[batch..., *layer's features]`.
+  The same maths; but a Dense over `[batch * tokens, features]` contracts one axis in its weight
+  gradient, which XLA:CPU computes 2-3x faster than over the two axes of `[batch, tokens,
+  features]` (for which it first transposes the gradient; docs/benchmarks.md, section 3).
+  """
+  lead = x.shape[:x.ndim - feature_axes]
+  y = layer(x.reshape(-1, *x.shape[len(lead):]))
+  return y.reshape(*lead, *y.shape[1:])
+
+
 def attend(options: AttentionOptions, query: Array, key: Array, value: Array, *,
            mask: Array | None = None, dtype: Any = None,
            module: nn.Module | None = None) -> Array:
@@ -50,12 +63,14 @@ class MultiHeadDotProductAttention(nn.Module):
   heads, head_dim]`, multiplies the attention output elementwise before `out` (the paper's
   gating ablation; bias on, activation `options.gate_activation`, 'none' by default as the
   paper names none). `options.impl` picks the implementation; the parameters are the same for
-  all four. The default options are flax's softmax attention.
+  all four. The default options are flax's softmax attention. `flatten_tokens`: the
+  projections run on `[batch * len, ...]` (`on_flat_tokens`; same parameters and maths).
   """
   num_heads: int
   options: AttentionOptions = AttentionOptions()
   dtype: Any = None
   kernel_init: Callable[..., Array] = nn.initializers.xavier_uniform()
+  flatten_tokens: bool = False
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Array | None = None, *,
@@ -75,11 +90,15 @@ class MultiHeadDotProductAttention(nn.Module):
     if width % self.num_heads:
       raise ValueError(f"width {width} is not divisible by num_heads {self.num_heads}.")
     head_dim = width // self.num_heads
+
+    def project(layer: nn.Module, x: Array, feature_axes: int = 1) -> Array:
+      return on_flat_tokens(layer, x, feature_axes) if self.flatten_tokens else layer(x)
+
     dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
                               kernel_init=self.kernel_init, dtype=self.dtype)
-    query = dense(name="query")(inputs_q)
-    key = dense(name="key")(inputs_kv)
-    value = dense(name="value")(inputs_kv)
+    query = project(dense(name="query"), inputs_q)
+    key = project(dense(name="key"), inputs_kv)
+    value = project(dense(name="value"), inputs_kv)
     if options.qk_norm:
       # Per-head LayerNorm over head_dim, scale only: flax's normalize_qk=True.
       query = nn.LayerNorm(use_bias=False, dtype=self.dtype, name="query_ln")(query)
@@ -87,7 +106,7 @@ class MultiHeadDotProductAttention(nn.Module):
     x = attend(options, query, key, value, mask=mask, dtype=self.dtype,
                module=self if sow_weights else None)
     if options.gated:
-      gate = dense(name="gate")(inputs_q)
+      gate = project(dense(name="gate"), inputs_q)
       x = x * attention.GATE_ACTIVATIONS[options.gate_activation](gate)
-    return nn.DenseGeneral(features=width, axis=(-2, -1), kernel_init=self.kernel_init,
-                           dtype=self.dtype, name="out")(x)
+    return project(nn.DenseGeneral(features=width, axis=(-2, -1), kernel_init=self.kernel_init,
+                                   dtype=self.dtype, name="out"), x, feature_axes=2)
