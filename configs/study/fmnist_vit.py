@@ -18,7 +18,7 @@ Arguments (`fmnist_vit.py:key=value,...`):
               (docs/reproduction.md 1.2), spelled in run ids only when not 1e-3      (1e-3)
   batch, dtype_mm   batch size and matmul dtype: the study keeps them    (128, float32)
   flatten_tokens    the Dense layers on [batch * tokens, width]: bit-identical results, a
-                    1.13x faster step on XLA:CPU (docs/benchmarks.md, 3); the study's runs
+                    1.08x faster run on XLA:CPU (docs/benchmarks.md, 3); the study's runs
                     trained without it (pinned commit 8de55f7)                         (True)
   runlocal    a few-step smoke run on slices of the data (used by the tests)        (False)
 
@@ -27,7 +27,7 @@ Sizes keep the head dimension at 32 and grow in width (depth 4, MLP 4x width):
 
 Expected (the study's runs, docs/reproduction.md 1): at L = 196 after 20 epochs, test accuracy
 0.897-0.899 for relu/L (alpha 1) and 0.898-0.900 for softmax over seeds 0-2; 2.8-3.3 core hours a
-run with tcmalloc preloaded (launch/study.sh), before flatten_tokens made the step 1.13x faster.
+run with tcmalloc preloaded (launch/study.sh), before flatten_tokens made runs 1.08x faster.
 """
 import ml_collections
 
