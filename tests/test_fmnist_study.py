@@ -18,7 +18,8 @@ from big_vision_relu.experiments import fmnist, fmnist_report, provenance, study
 from big_vision_relu.experiments import sweep as sweep_lib
 
 SWEEPS = [f"configs/study/{name}.py"
-          for name in ("calibration", "held_out", "fig1", "fig2", "fig3", "fig4")]
+          for name in ("calibration", "held_out", "fig1", "fig2", "fig3", "fig4",
+                       "twice_as_long")]
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +31,10 @@ def test_plan_trains_every_run_once_phase_a_and_calibration_first():
   planned = study.plan(fmnist.PHASES)
   every = {r.run_id for path in SWEEPS for r in sweep_lib.load_sweep(path)}
   assert {p.run.run_id for p in planned} == every
-  assert len(planned) == len(every) == 68
+  assert len(planned) == len(every) == 70
+  # Added after the other 68 had finished: the recipe's seed-0 pair at twice its length, last.
+  assert [p.run for p in planned[-2:]] == fmnist.twice_as_long() == [
+      fmnist.run(attention=a, epochs=2 * fmnist.EPOCHS) for a in ("softmax", "relu")]
   first = [p.run for p in planned[:6]]
   assert first == [fmnist.run(attention="softmax"), fmnist.run(attention="relu"),
                    *fmnist.calibration()]
@@ -141,6 +145,36 @@ def _archive_run(archive, run, curve, transfer):
   (directory / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
 
 
+def test_the_recipe_trained_twice_as_long(tmp_path, monkeypatch):
+  """Rule (c) on the recipe itself: phase A's seed-0 softmax and relu/L against their twins of
+  twice the length; met only if both gain < 1 point, not measured until both twins finish."""
+  _set_recipe_lr(monkeypatch, fmnist.BASE_LR)
+  archive = tmp_path / "archive"
+
+  def archive_run(run, final):  # a curve 0.3 points below its final value before the end
+    total = math.ceil(run.args["epochs"] * 60000 / 128)
+    _archive_run(archive, run, {s: final - 0.003 * (s < total) for s in _eval_steps(total)},
+                 transfer=0.5)
+
+  def lines():
+    return fmnist_report.twice_as_long_lines(fmnist_report.load_results(archive))
+
+  archive_run(fmnist.run(attention="softmax"), 0.900)
+  archive_run(fmnist.run(attention="relu"), 0.897)
+  softmax_twin, relu_twin = fmnist.twice_as_long()
+  archive_run(softmax_twin, 0.905)
+  assert "| relu/L | 89.7 | - | - | - |" in lines()
+  assert "- (c) on the recipe: 40 epochs gain < 1 point over 20 for softmax and relu/L: " \
+         "not yet measured" in lines()
+  archive_run(relu_twin, 0.909)
+  assert lines()[2:4] == ["| softmax | 90.0 | 90.5 | +0.5 | +0.3 |",
+                          "| relu/L | 89.7 | 90.9 | +1.2 | +0.3 |"]
+  assert "- (c) on the recipe: 40 epochs gain < 1 point over 20 for softmax and relu/L: " \
+         "NOT met" in lines()
+  assert ("- relu/L - softmax (seed 0, one observation): -0.3 points at 20 epochs, +0.4 at 40"
+          in lines())
+
+
 def _set_recipe_lr(monkeypatch, lr):
   """What setting fmnist.LR = lr in the source does (GRID reads it at import), in-process."""
   monkeypatch.setattr(fmnist, "LR", lr)
@@ -165,9 +199,9 @@ def test_verdicts_on_a_synthetic_archive(tmp_path, monkeypatch):
       "test/pixel_1nn": 0.855, "test/pixel_ridge": 0.81, "fewshot/pixels/10shot_avg": 0.78,
       "fewshot/random_init/seed0/10shot_avg": 0.3}))
   text = fmnist_report.write(archive, tmp_path / "out").read_text()
-  assert "(6 of 68 runs finished)" in text
+  assert "(6 of 70 runs finished)" in text
   # Compute by phase: the six runs' recorded core hours (0.9375 each: their last line's).
-  assert "| **total** | 68 | 6 | 5.6 | " in text
+  assert "| **total** | 70 | 6 | 5.6 | " in text
   assert "Held-out seed (relu/L, seed 3): not yet measured." in text
   fig1 = text.split("| relu/L approaches or matches softmax (Fig. 1, Ti, L = 196) | ")[1]
   # -4.4 points at SE 0.4 would not hold, but relu/L's seed 1 (0.850) is below the pixel 1-NN

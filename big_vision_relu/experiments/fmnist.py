@@ -63,6 +63,12 @@ def later_seed_alpha_pairs(**args: Any) -> list[Run]:
   return [run(**args, alpha=alpha, seed=seed) for seed in SEEDS[1:] for alpha in (0.0, 1.0)]
 
 
+def twice_as_long() -> list[Run]:
+  """Phase A's seed-0 softmax and relu/L (alpha 1) trained for 2 x EPOCHS: rule (c)'s check of
+  the recipe itself (the calibration measured 10 -> 20 epochs, one doubling short)."""
+  return [run(attention=attention, epochs=2 * EPOCHS) for attention in ("softmax", "relu")]
+
+
 def held_out() -> list[Run]:
   """relu/L at L = 196 with a seed none of the comparisons uses."""
   return [run(attention="relu", seed=HELD_OUT_SEED)]
@@ -94,6 +100,10 @@ PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
     # Last, the runs no claim needs (Figures 2 and 4 drawn in full): the first to be cut.
     ("configs/study/fig2.py", {}),
     ("configs/study/fig4.py", {}),
+    # Added in session 52 (the study's fortieth), after the 68 runs above had finished and
+    # before any 40-epoch run existed (docs/reproduction.md 1.2, "The recipe trained twice as
+    # long"): rule (c) on the recipe itself, which D1 had left out for its cost.
+    ("configs/study/twice_as_long.py", {}),
 )
 # The recipe's calibration (phase 0's runs at the recipe, phase 1's at the other points): until
 # its rules (docs/reproduction.md 1.2) accept the recipe, launch/study.sh runs only these.
