@@ -4,8 +4,9 @@ epochs instead of 20 (docs/reproduction.md 1.2, "The recipe trained twice as lon
 
     python -m big_vision_relu.experiments.sweep configs/study/twice_as_long.py --list
 
-Expected: about 5.8 core hours a run at the pinned commit (launch/study.sh fmnist trains them);
-the report (`launch/study.sh fmnist report`) then says whether each gains < 1 point.
+Expected: about 6.5 core hours a run at the pinned commit (the report's estimate; `bash
+launch/study.sh fmnist` trains them); the report (`bash launch/study.sh fmnist report`) then says
+whether each gains < 1 point over its 20-epoch twin.
 """
 from big_vision_relu.experiments import fmnist
 from big_vision_relu.experiments.sweep import Run
