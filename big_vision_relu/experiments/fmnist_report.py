@@ -260,16 +260,15 @@ def twice_as_long_lines(results: Sequence[RunResult]) -> list[str]:
   """Rule (c) on the recipe itself (docs/reproduction.md 1.2, "The recipe trained twice as
   long"): phase A's seed-0 softmax and relu/L against their twins trained for 2 x EPOCHS."""
   by_id = {r.run.run_id: r for r in results}
-  final, rows = {}, []
+  final, gains, rows = {}, [], []
   for twin in fmnist.twice_as_long():
     attention = twin.args["attention"]
     recipe, long = (by_id.get(run.run_id) for run in (fmnist.run(attention=attention), twin))
     final[attention] = tuple(r.accuracy if r else None for r in (recipe, long))
-    gain = None if None in final[attention] else final[attention][1] - final[attention][0]
+    gains.append(None if None in final[attention] else final[attention][1] - final[attention][0])
     rows.append(("relu/L" if attention == "relu" else attention,
-                 *(_pct(a) for a in final[attention]), _pct(gain, True),
+                 *(_pct(a) for a in final[attention]), _pct(gains[-1], True),
                  _pct(long.last_quarter_gain if long else None, True)))
-  gains = [None if None in pair else pair[1] - pair[0] for pair in final.values()]
   rule = None if None in gains else all(g < DOUBLE_LENGTH_MAX_GAIN for g in gains)
   deltas = [None if None in (final["relu"][i], final["softmax"][i])
             else final["relu"][i] - final["softmax"][i] for i in (0, 1)]
