@@ -30,7 +30,8 @@ def test_the_command_runs_on_its_core_niced_with_sigterm_on_parent_death():
   core = max(os.sched_getaffinity(0))
   done = _run(f"--core={core}", "--niceness=3", "--", sys.executable, "-c", REPORT)
   assert done.returncode == 0, done.stderr
-  assert done.stdout.split() == [str(core), str(os.nice(0) + 3), str(int(signal.SIGTERM))]
+  niced = min(os.nice(0) + 3, 19)  # the kernel caps niceness at 19 (a suite run at nice 19)
+  assert done.stdout.split() == [str(core), str(niced), str(int(signal.SIGTERM))]
 
 
 def test_without_a_core_the_command_keeps_the_cpus_and_the_exit_code():
