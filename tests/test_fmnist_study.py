@@ -151,18 +151,22 @@ def test_the_recipe_trained_twice_as_long(tmp_path, monkeypatch):
   _set_recipe_lr(monkeypatch, fmnist.BASE_LR)
   archive = tmp_path / "archive"
 
-  def archive_run(run, final):  # a curve 0.3 points below its final value before the end
+  def archive_run(run, final, gap=0.003):  # a curve `gap` below its final value before the end
     total = math.ceil(run.args["epochs"] * 60000 / 128)
-    _archive_run(archive, run, {s: final - 0.003 * (s < total) for s in _eval_steps(total)},
+    _archive_run(archive, run, {s: final - gap * (s < total) for s in _eval_steps(total)},
                  transfer=0.5)
 
   def lines():
     return fmnist_report.twice_as_long_lines(fmnist_report.load_results(archive))
 
+  e1 = ("- E1: 40 epochs is a candidate recipe (its softmax >= 89% and its last quarter adds "
+        "< 0.5 points): ")
   archive_run(fmnist.run(attention="softmax"), 0.900)
   archive_run(fmnist.run(attention="relu"), 0.897)
+  assert e1 + "not yet measured" in lines()
   softmax_twin, relu_twin = fmnist.twice_as_long()
   archive_run(softmax_twin, 0.905)
+  assert e1 + "met" in lines()  # 90.5 >= 89, and its last quarter adds 0.3 < 0.5
   assert "| relu/L | 89.7 | - | - | - |" in lines()
   assert "- (c) on the recipe: 40 epochs gain < 1 point over 20 for softmax and relu/L: " \
          "not yet measured" in lines()
@@ -173,6 +177,12 @@ def test_the_recipe_trained_twice_as_long(tmp_path, monkeypatch):
          "NOT met" in lines()
   assert ("- relu/L - softmax (seed 0, one observation): -0.3 points at 20 epochs, +0.4 at 40"
           in lines())
+  archive = tmp_path / "below_89"  # the same last quarter, ending below rule (a)'s 89%
+  archive_run(softmax_twin, 0.889)
+  assert e1 + "NOT met" in lines()
+  archive = tmp_path / "late_gain"  # above 89%, but its last quarter adds 0.6 points
+  archive_run(softmax_twin, 0.905, gap=0.006)
+  assert e1 + "NOT met" in lines()
 
 
 def _set_recipe_lr(monkeypatch, lr):

@@ -258,18 +258,24 @@ def calibration_lines(results: Sequence[RunResult]) -> list[str]:
 
 def twice_as_long_lines(results: Sequence[RunResult]) -> list[str]:
   """Rule (c) on the recipe itself (docs/reproduction.md 1.2, "The recipe trained twice as
-  long"): phase A's seed-0 softmax and relu/L against their twins trained for 2 x EPOCHS."""
+  long"): phase A's seed-0 softmax and relu/L against their twins trained for 2 x EPOCHS; and
+  rule E1 (whether 2 x EPOCHS is a candidate recipe) on the softmax twin's curve."""
   by_id = {r.run.run_id: r for r in results}
-  final, gains, rows = {}, [], []
+  final, gains, rows, twins = {}, [], [], {}
   for twin in fmnist.twice_as_long():
     attention = twin.args["attention"]
     recipe, long = (by_id.get(run.run_id) for run in (fmnist.run(attention=attention), twin))
+    twins[attention] = long
     final[attention] = tuple(r.accuracy if r else None for r in (recipe, long))
     gains.append(None if None in final[attention] else final[attention][1] - final[attention][0])
     rows.append(("relu/L" if attention == "relu" else attention,
                  *(_pct(a) for a in final[attention]), _pct(gains[-1], True),
                  _pct(long.last_quarter_gain if long else None, True)))
   rule = None if None in gains else all(g < DOUBLE_LENGTH_MAX_GAIN for g in gains)
+  softmax = twins["softmax"]
+  candidate = None if softmax is None or softmax.last_quarter_gain is None else (
+      softmax.accuracy >= SOFTMAX_MIN_ACCURACY
+      and softmax.last_quarter_gain < LAST_QUARTER_MAX_GAIN)
   deltas = [None if None in (final["relu"][i], final["softmax"][i])
             else final["relu"][i] - final["softmax"][i] for i in (0, 1)]
   epochs = (fmnist.EPOCHS, 2 * fmnist.EPOCHS)
@@ -280,6 +286,9 @@ def twice_as_long_lines(results: Sequence[RunResult]) -> list[str]:
       f"over {epochs[0]} for softmax and relu/L: {_rule(rule)}",
       f"- relu/L - softmax (seed 0, one observation): {_pct(deltas[0], True)} points at "
       f"{epochs[0]} epochs, {_pct(deltas[1], True)} at {epochs[1]}",
+      f"- E1: {epochs[1]} epochs is a candidate recipe (its softmax >= "
+      f"{100 * SOFTMAX_MIN_ACCURACY:.0f}% and its last quarter adds < "
+      f"{100 * LAST_QUARTER_MAX_GAIN:.1f} points): {_rule(candidate)}",
       ""]
 
 
