@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from big_vision_relu.experiments import decision_rules as rules
-from big_vision_relu.experiments import fmnist, fmnist_report
+from big_vision_relu.experiments import fmnist, fmnist_report, fmnist_results
 
 
 @pytest.mark.parametrize("deltas, expected", [
@@ -79,7 +79,7 @@ def test_baselines_veto_and_the_held_out_spread():
 
 
 def _result(run, accuracy, starts=((0, "AMD EPYC"),)):
-  return fmnist_report.RunResult(run, "finished", {9375: accuracy}, 9375, None, None, {},
+  return fmnist_results.RunResult(run, "finished", {9375: accuracy}, 9375, None, None, {},
                                  starts)
 
 

@@ -14,7 +14,8 @@ from conftest import ROOT
 
 from big_vision_relu import config as config_lib
 from big_vision_relu.data import datasets, fashion_mnist
-from big_vision_relu.experiments import fmnist, fmnist_report, provenance, study
+from big_vision_relu.experiments import (fmnist, fmnist_recipe, fmnist_report, fmnist_results,
+                                         provenance, study)
 from big_vision_relu.experiments import sweep as sweep_lib
 
 SWEEPS = [f"configs/study/{name}.py"
@@ -125,11 +126,11 @@ def test_the_75_percent_point_is_the_evaluation_there():
   steps = _eval_steps(9375)
   assert steps == [1172, 2344, 3516, 4688, 5860, 7032, 8204, 9375]
   curve = {s: i / 100 for i, s in enumerate(steps)}
-  result = fmnist_report.RunResult(fmnist.run(), "finished", curve, 9375, None, None, {})
+  result = fmnist_results.RunResult(fmnist.run(), "finished", curve, 9375, None, None, {})
   assert result.accuracy_at(0.75) == curve[7032]
   assert result.accuracy_at(1.0) == result.accuracy == curve[9375]
   assert result.last_quarter_gain == curve[9375] - curve[7032]
-  running = fmnist_report.RunResult(fmnist.run(), "running", curve, 9375, None, None, {})
+  running = fmnist_results.RunResult(fmnist.run(), "running", curve, 9375, None, None, {})
   assert running.last_quarter_gain is None
   ten_epochs = _eval_steps(4688)
   assert ten_epochs[5] == 3516 == 0.75 * 4688
@@ -141,7 +142,7 @@ def _archive_run(archive, run, curve, transfer):
   config = json.loads(sweep_lib.load_config(run).to_json_best_effort())
   (directory / "config.json").write_text(json.dumps(config))
   lines = [{"step": s, "test/prec@1": a, "core_hours": s / 1e4} for s, a in curve.items()]
-  lines[-1][fmnist_report.TRANSFER] = transfer
+  lines[-1][fmnist_results.TRANSFER] = transfer
   (directory / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
 
 
@@ -157,7 +158,7 @@ def test_the_recipe_trained_twice_as_long(tmp_path, monkeypatch):
                  transfer=0.5)
 
   def lines():
-    return fmnist_report.twice_as_long_lines(fmnist_report.load_results(archive))
+    return fmnist_recipe.twice_as_long_lines(fmnist_results.load_results(archive))
 
   e1 = ("- E1: 40 epochs is a candidate recipe (its softmax >= 89% and its last quarter adds "
         "< 0.5 points): ")
@@ -243,7 +244,7 @@ def test_the_curves_draw_phase_a_the_calibration_and_the_held_out_seed_only(tmp_
                fmnist.run(attention="relu2", alpha=0.0)]
   for run in drawn + not_drawn:
     _archive_run(archive, run, dict.fromkeys(steps, 0.9), transfer=0.5)
-  results = fmnist_report.load_results(archive)
+  results = fmnist_results.load_results(archive)
   assert sum(bool(r.curve) for r in results) == len(drawn + not_drawn)
   assert ({r.run.run_id for r in fmnist_report.curve_runs(results)}
           == {run.run_id for run in drawn})
@@ -274,7 +275,7 @@ def test_the_runs_table_says_which_cpu_trained_each_part_of_a_run(tmp_path):
           "".join(json.dumps(x) + "\n" for x in launches))
     (directory / provenance.PROVENANCE_FILE).write_text(
         json.dumps({"commit": "0123456789", "machine": {"cpu": finished_on}}))
-  rows = fmnist_report.runs_table(fmnist_report.load_results(archive), {})
+  rows = fmnist_report.runs_table(fmnist_results.load_results(archive), {})
   for attention, trained_on in expected.items():
     run_id = fmnist.run(attention=attention).run_id
     row = next(line for line in rows if line.startswith(f"| {run_id} |"))
@@ -313,7 +314,7 @@ def test_the_calibration_gate(tmp_path, softmax_20_epochs, accepted):
   says so by its exit code."""
   archive = tmp_path / "archive"
   _calibration_archive(archive, softmax_20_epochs)
-  rules = fmnist_report.calibration(fmnist_report.load_results(archive))
+  rules = fmnist_recipe.calibration(fmnist_results.load_results(archive))
   assert (rules.a, rules.b, rules.c) == (True, True, accepted)
   assert rules.choice == ((20, fmnist.BASE_LR) if accepted else None)
   # The gate opens only when the choice is the study's recipe (with fmnist.LR = 2e-3, D1's
@@ -337,7 +338,7 @@ def test_rule_d2_picks_the_20_epoch_lr(tmp_path, monkeypatch, other_lr, chosen):
   the calibration runs are then the other points'."""
   archive = tmp_path / "archive"
   _calibration_archive(archive, 0.915, other_lr)  # (c) fails: 1.5 points from 10 to 20 epochs
-  rules = fmnist_report.calibration(fmnist_report.load_results(archive))
+  rules = fmnist_recipe.calibration(fmnist_results.load_results(archive))
   assert rules.choice == (20, chosen)
   assert rules.reason.endswith("its softmax meets (a) and its last quarter meets (b)")
   assert rules.accepted == (chosen == fmnist.LR)
@@ -346,9 +347,9 @@ def test_rule_d2_picks_the_20_epoch_lr(tmp_path, monkeypatch, other_lr, chosen):
     assert result.returncode == fmnist_report.NOT_ACCEPTED_EXIT_CODE
     assert f"the rules choose 20 epochs, lr {chosen:g}" in result.stdout
   _set_recipe_lr(monkeypatch, chosen)
-  results = fmnist_report.load_results(archive)
-  assert fmnist_report.calibration(results).accepted
-  assert "- accepted: yes" in fmnist_report.calibration_lines(results)
+  results = fmnist_results.load_results(archive)
+  assert fmnist_recipe.calibration(results).accepted
+  assert "- accepted: yes" in fmnist_recipe.calibration_lines(results)
   assert {(r.args["epochs"], r.args["lr"]) for r in fmnist.calibration()} == (
       set(fmnist.CALIBRATION) - {(20, chosen)})
 

@@ -1,0 +1,150 @@
+"""The recipe rules of docs/reproduction.md 1.2 measured on the study's archive: (a)-(c) on the
+calibration runs and the choice of recipe (D1, else D2); (c) on the recipe itself, against its
+twins trained twice as long; and E1, whether twice as long is a candidate recipe."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.fmnist_results import RunResult, pct, table
+
+SOFTMAX_MIN_ACCURACY = 0.89  # rule (a)
+LAST_QUARTER_MAX_GAIN = 0.005  # rule (b)
+DOUBLE_LENGTH_MAX_GAIN = 0.01  # rule (c)
+
+Point = tuple[int, float]  # a calibration point: (epochs, peak lr)
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+  """The recipe rules of docs/reproduction.md 1.2 on the archive's calibration runs (seed 0,
+  L = 196): (a)-(c) on the length pair at `fmnist.BASE_LR`, each True (met), False (not met) or
+  None (not yet measured); `choice`, the recipe that D1 or D2 picks (None until decided), with
+  why; and the table of their numbers."""
+  a: bool | None
+  b: bool | None
+  c: bool | None
+  choice: Point | None
+  reason: str
+  rows: tuple[tuple[str, ...], ...]
+
+  @property
+  def accepted(self) -> bool:
+    """The rules have chosen a recipe and it is the study's (`fmnist.EPOCHS`, `fmnist.LR`)."""
+    return self.choice == (fmnist.EPOCHS, fmnist.LR)
+
+
+def point_text(point: Point) -> str:
+  return f"{point[0]} epochs, lr {point[1]:g}"
+
+
+def calibration(results: Sequence[RunResult]) -> Calibration:
+  """Rules (a)-(c) and the choice of recipe (D1, else D2), measured on the archive."""
+  by_id = {r.run.run_id: r for r in results}
+  accuracy, last_quarter, rows = {}, {}, []
+  for point in fmnist.CALIBRATION:
+    for attention in ("softmax", "relu"):
+      result = by_id.get(fmnist.run(attention=attention, epochs=point[0], lr=point[1]).run_id)
+      acc = accuracy[point, attention] = result.accuracy if result else None
+      last_quarter[point, attention] = result.last_quarter_gain if result else None
+      rows.append((attention, str(point[0]), f"{point[1]:g}", pct(acc),
+                   pct(last_quarter[point, attention], True)))
+  short, long, other_lr = fmnist.CALIBRATION
+
+  def converged(point: Point) -> bool | None:  # rule (b)
+    gain = last_quarter[point, "softmax"]
+    return None if gain is None else gain < LAST_QUARTER_MAX_GAIN
+
+  a = (None if accuracy[long, "softmax"] is None
+       else accuracy[long, "softmax"] >= SOFTMAX_MIN_ACCURACY)
+  gains = [None if None in (accuracy[long, x], accuracy[short, x])
+           else accuracy[long, x] - accuracy[short, x] for x in ("softmax", "relu")]
+  c = None if None in gains else all(g < DOUBLE_LENGTH_MAX_GAIN for g in gains)
+  b = converged(long)
+  if a and b and c:
+    choice, reason = long, "D1: (a)-(c) met"
+  elif None in (a, b, c):
+    choice, reason = None, "(a)-(c) not yet measured"
+  elif accuracy[other_lr, "softmax"] is None or last_quarter[other_lr, "softmax"] is None:
+    choice, reason = None, f"D2: waiting for the pair at {point_text(other_lr)}"
+  else:
+    higher, lower = sorted((long, other_lr), key=lambda p: accuracy[p, "softmax"], reverse=True)
+    choice = higher if converged(higher) else lower
+    reason = (f"D2: softmax scores higher at lr {higher[1]:g} "
+              f"({pct(accuracy[higher, 'softmax'])} vs {pct(accuracy[lower, 'softmax'])}), "
+              f"whose last quarter {'meets' if converged(higher) else 'does NOT meet'} (b)")
+  if choice is not None:
+    meets = accuracy[choice, "softmax"] >= SOFTMAX_MIN_ACCURACY
+    reason += (f"; its softmax {'meets' if meets else 'does NOT meet'} (a) and its last quarter "
+               f"{'meets' if converged(choice) else 'does NOT meet'} (b)")
+  return Calibration(a=a, b=b, c=c, choice=choice, reason=reason, rows=tuple(rows))
+
+
+def rule_text(ok: bool | None) -> str:
+  return "not yet measured" if ok is None else "met" if ok else "NOT met"
+
+
+def calibration_lines(results: Sequence[RunResult]) -> list[str]:
+  """Rules (a)-(c) of the recipe and the rules' choice, each with its measured numbers."""
+  rules = calibration(results)
+  short, long, _ = fmnist.CALIBRATION
+  recipe = (fmnist.EPOCHS, fmnist.LR)
+  if rules.accepted:
+    accepted = "yes"
+  elif rules.choice is not None:
+    accepted = (f"no: the rules choose {point_text(rules.choice)}, but the study's recipe is "
+                f"{point_text(recipe)}: set fmnist.EPOCHS and fmnist.LR to the choice")
+  else:
+    accepted = (f"no: only phases {', '.join(map(str, fmnist.CALIBRATION_PHASES))} run "
+                "(launch/study.sh) until the rules choose a recipe")
+  return [
+      *table(("attention (seed 0, L = 196)", "epochs", "peak lr", "test acc %",
+              "last quarter adds"), rules.rows),
+      f"- the study's recipe: {point_text(recipe)}",
+      f"- (a) softmax >= {100 * SOFTMAX_MIN_ACCURACY:.0f}% at {point_text(long)}: "
+      f"{rule_text(rules.a)}",
+      f"- (b) softmax's last quarter adds < {100 * LAST_QUARTER_MAX_GAIN:.1f} points at "
+      f"{point_text(long)}: {rule_text(rules.b)}",
+      f"- (c) {long[0]} epochs gain < {100 * DOUBLE_LENGTH_MAX_GAIN:.0f} point over {short[0]} "
+      f"for softmax and relu/L: {rule_text(rules.c)}",
+      "- the rules choose: " + (point_text(rules.choice) if rules.choice else "not yet")
+      + f" ({rules.reason})",
+      f"- accepted: {accepted}",
+      ""]
+
+
+def twice_as_long_lines(results: Sequence[RunResult]) -> list[str]:
+  """Rule (c) on the recipe itself (docs/reproduction.md 1.2, "The recipe trained twice as
+  long"): phase A's seed-0 softmax and relu/L against their twins trained for 2 x EPOCHS; and
+  rule E1 (whether 2 x EPOCHS is a candidate recipe) on the softmax twin's curve."""
+  by_id = {r.run.run_id: r for r in results}
+  final, gains, rows, twins = {}, [], [], {}
+  for twin in fmnist.twice_as_long():
+    attention = twin.args["attention"]
+    recipe, long = (by_id.get(run.run_id) for run in (fmnist.run(attention=attention), twin))
+    twins[attention] = long
+    final[attention] = tuple(r.accuracy if r else None for r in (recipe, long))
+    gains.append(None if None in final[attention] else final[attention][1] - final[attention][0])
+    rows.append(("relu/L" if attention == "relu" else attention,
+                 *(pct(a) for a in final[attention]), pct(gains[-1], True),
+                 pct(long.last_quarter_gain if long else None, True)))
+  rule = None if None in gains else all(g < DOUBLE_LENGTH_MAX_GAIN for g in gains)
+  softmax = twins["softmax"]
+  candidate = None if softmax is None or softmax.last_quarter_gain is None else (
+      softmax.accuracy >= SOFTMAX_MIN_ACCURACY
+      and softmax.last_quarter_gain < LAST_QUARTER_MAX_GAIN)
+  deltas = [None if None in (final["relu"][i], final["softmax"][i])
+            else final["relu"][i] - final["softmax"][i] for i in (0, 1)]
+  epochs = (fmnist.EPOCHS, 2 * fmnist.EPOCHS)
+  return [
+      *table(("attention (seed 0, L = 196)", f"test acc % at {epochs[0]} epochs",
+              f"at {epochs[1]} epochs", "gain", f"last quarter of the {epochs[1]} adds"), rows),
+      f"- (c) on the recipe: {epochs[1]} epochs gain < {100 * DOUBLE_LENGTH_MAX_GAIN:.0f} point "
+      f"over {epochs[0]} for softmax and relu/L: {rule_text(rule)}",
+      f"- relu/L - softmax (seed 0, one observation): {pct(deltas[0], True)} points at "
+      f"{epochs[0]} epochs, {pct(deltas[1], True)} at {epochs[1]}",
+      f"- E1: {epochs[1]} epochs is a candidate recipe (its softmax >= "
+      f"{100 * SOFTMAX_MIN_ACCURACY:.0f}% and its last quarter adds < "
+      f"{100 * LAST_QUARTER_MAX_GAIN:.1f} points): {rule_text(candidate)}",
+      ""]
