@@ -20,7 +20,7 @@ from big_vision_relu.experiments import sweep as sweep_lib
 
 SWEEPS = [f"configs/study/{name}.py"
           for name in ("calibration", "held_out", "fig1", "fig2", "fig3", "fig4",
-                       "twice_as_long")]
+                       "twice_as_long", "candidate")]
 
 
 @pytest.fixture(autouse=True)
@@ -32,10 +32,19 @@ def test_plan_trains_every_run_once_phase_a_and_calibration_first():
   planned = study.plan(fmnist.PHASES)
   every = {r.run_id for path in SWEEPS for r in sweep_lib.load_sweep(path)}
   assert {p.run.run_id for p in planned} == every
-  assert len(planned) == len(every) == 70
-  # Added after the other 68 had finished: the recipe's seed-0 pair at twice its length, last.
-  assert [p.run for p in planned[-2:]] == fmnist.twice_as_long() == [
+  assert len(planned) == len(every) == 79
+  # Added after the other 68 had finished: the recipe's seed-0 pair at twice its length.
+  assert [p.run for p in planned[68:70]] == fmnist.twice_as_long() == [
       fmnist.run(attention=a, epochs=2 * fmnist.EPOCHS) for a in ("softmax", "relu")]
+  # Rule E2, after phase 14: phase A's other seven runs at the candidate's 40 epochs (seed 0
+  # first), then the candidate's seed-0 pair at 80, last.
+  assert fmnist.CANDIDATE_EPOCHS == 2 * fmnist.EPOCHS == 40
+  assert [p.run for p in planned[70:77]] == [
+      r for r in fmnist.phase_a(40) if r not in fmnist.twice_as_long()]
+  assert [p.run.args["seed"] for p in planned[70:77]] == [0, 1, 1, 1, 2, 2, 2]
+  assert [p.run for p in planned[77:]] == [
+      fmnist.run(attention=a, epochs=80) for a in ("softmax", "relu")]
+  assert [p.phase for p in planned[68:]] == [14] * 2 + [15] * 7 + [16] * 2
   first = [p.run for p in planned[:6]]
   assert first == [fmnist.run(attention="softmax"), fmnist.run(attention="relu"),
                    *fmnist.calibration()]
@@ -186,6 +195,36 @@ def test_the_recipe_trained_twice_as_long(tmp_path, monkeypatch):
   assert e1 + "NOT met" in lines()
 
 
+def test_the_candidate_recipe_trained_twice_as_long(tmp_path):
+  """Rule E2's (c): the 40-epoch candidate's seed-0 pair against their 80-epoch twins; point 3
+  is met only if both gain < 1 point, not measured until both twins finish."""
+  def archive_run(archive, attention, epochs, final):  # 0.2 points below final before the end
+    total = math.ceil(epochs * 60000 / 128)
+    _archive_run(archive, fmnist.run(attention=attention, epochs=epochs),
+                 {s: final - 0.002 * (s < total) for s in _eval_steps(total)}, transfer=0.5)
+
+  def lines(archive):
+    return fmnist_recipe.candidate_lines(fmnist_results.load_results(archive))
+
+  point_3 = "- point 3 (a converged recipe): "
+  for archive, relu_80 in ((tmp_path / "met", 0.915), (tmp_path / "not_met", 0.917)):
+    archive_run(archive, "softmax", 40, 0.910)
+    archive_run(archive, "relu", 40, 0.906)
+    assert point_3 + "not yet measured" in lines(archive)
+    assert "| softmax | 91.0 | - | - | - |" in lines(archive)
+    archive_run(archive, "softmax", 80, 0.918)
+    archive_run(archive, "relu", 80, relu_80)
+  met = lines(tmp_path / "met")
+  assert met[2:4] == ["| softmax | 91.0 | 91.8 | +0.8 | +0.2 |",
+                      "| relu/L | 90.6 | 91.5 | +0.9 | +0.2 |"]
+  assert ("- (c) on the 40-epoch candidate: 80 epochs gain < 1 point over 40 for softmax and "
+          "relu/L: met") in met
+  assert point_3 + "met" in met
+  assert "- relu/L - softmax (seed 0, one observation): -0.4 points at 40 epochs, -0.3 at 80" \
+      in met
+  assert point_3 + "NOT met" in lines(tmp_path / "not_met")  # relu/L gains 1.1 points
+
+
 def _set_recipe_lr(monkeypatch, lr):
   """What setting fmnist.LR = lr in the source does (GRID reads it at import), in-process."""
   monkeypatch.setattr(fmnist, "LR", lr)
@@ -210,9 +249,9 @@ def test_verdicts_on_a_synthetic_archive(tmp_path, monkeypatch):
       "test/pixel_1nn": 0.855, "test/pixel_ridge": 0.81, "fewshot/pixels/10shot_avg": 0.78,
       "fewshot/random_init/seed0/10shot_avg": 0.3}))
   text = fmnist_report.write(archive, tmp_path / "out").read_text()
-  assert "(6 of 70 runs finished)" in text
+  assert "(6 of 79 runs finished)" in text
   # Compute by phase: the six runs' recorded core hours (0.9375 each: their last line's).
-  assert "| **total** | 70 | 6 | 5.6 | " in text
+  assert "| **total** | 79 | 6 | 5.6 | " in text
   assert "Held-out seed (relu/L, seed 3): not yet measured." in text
   fig1 = text.split("| relu/L approaches or matches softmax (Fig. 1, Ti, L = 196) | ")[1]
   # -4.4 points at SE 0.4 would not hold, but relu/L's seed 1 (0.850) is below the pixel 1-NN

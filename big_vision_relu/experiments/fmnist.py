@@ -44,9 +44,10 @@ def run(**args: Any) -> Run:
   return GRID.run(**args)
 
 
-def phase_a() -> list[Run]:
-  """L = 196: softmax, relu/L (alpha 1) and relu (alpha 0), 3 seeds each; seed 0 first."""
-  return [run(attention=attention, alpha=alpha, seed=seed) for seed in SEEDS
+def phase_a(epochs: int = EPOCHS) -> list[Run]:
+  """L = 196: softmax, relu/L (alpha 1) and relu (alpha 0), 3 seeds each, trained for `epochs`;
+  seed 0 first."""
+  return [run(attention=attention, alpha=alpha, seed=seed, epochs=epochs) for seed in SEEDS
           for attention, alpha in (("softmax", 1.0), ("relu", 1.0), ("relu", 0.0))]
 
 
@@ -63,10 +64,19 @@ def later_seed_alpha_pairs(**args: Any) -> list[Run]:
   return [run(**args, alpha=alpha, seed=seed) for seed in SEEDS[1:] for alpha in (0.0, 1.0)]
 
 
-def twice_as_long() -> list[Run]:
-  """Phase A's seed-0 softmax and relu/L (alpha 1) trained for 2 x EPOCHS: rule (c)'s check of
-  the recipe itself (the calibration measured 10 -> 20 epochs, one doubling short)."""
-  return [run(attention=attention, epochs=2 * EPOCHS) for attention in ("softmax", "relu")]
+def twice_as_long(epochs: int = EPOCHS) -> list[Run]:
+  """Seed 0's softmax and relu/L (alpha 1) trained for 2 x `epochs`: rule (c)'s check of a
+  recipe of `epochs` (for EPOCHS, the calibration measured 10 -> 20, one doubling short)."""
+  return [run(attention=attention, epochs=2 * epochs) for attention in ("softmax", "relu")]
+
+
+CANDIDATE_EPOCHS = 2 * EPOCHS  # rule E1's candidate recipe (docs/reproduction.md 1.2)
+
+
+def candidate() -> list[Run]:
+  """Rule E2: phase A at CANDIDATE_EPOCHS (its seed-0 softmax and relu/L are `twice_as_long`'s
+  runs), then the candidate's own seed-0 pair at twice its length, its rule (c)."""
+  return phase_a(CANDIDATE_EPOCHS) + twice_as_long(CANDIDATE_EPOCHS)
 
 
 def held_out() -> list[Run]:
@@ -104,6 +114,11 @@ PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
     # before any 40-epoch run existed (docs/reproduction.md 1.2, "The recipe trained twice as
     # long"): rule (c) on the recipe itself, which D1 had left out for its cost.
     ("configs/study/twice_as_long.py", {}),
+    # Added in session 54 (the study's forty-second), once phase 14 had met rule E1 (1.2, "If
+    # the recipe stays short of (b)"), as its rule E2 orders: phase A's other seven runs at the
+    # candidate's 40 epochs, then its seed-0 pair at 80.
+    ("configs/study/candidate.py", {"epochs": CANDIDATE_EPOCHS}),
+    ("configs/study/candidate.py", {"epochs": 2 * CANDIDATE_EPOCHS}),
 )
 # The recipe's calibration (phase 0's runs at the recipe, phase 1's at the other points): until
 # its rules (docs/reproduction.md 1.2) accept the recipe, launch/study.sh runs only these.
@@ -150,4 +165,12 @@ CLAIMS = (
     Claim("the gate does not remove the need for L scaling (Fig. 4, relu2, seeds 0-2, m = 0)",
           dict(attention="relu2", alpha=1.0, gated=True),
           dict(attention="relu2", alpha=0.0, gated=True), margin=0.0),
+    # Rule E2 (1.2): phase A's claims again at the candidate's length, beside the rows above.
+    *(Claim(f"{text} at {CANDIDATE_EPOCHS} epochs", dict(a, epochs=CANDIDATE_EPOCHS),
+            dict(b, epochs=CANDIDATE_EPOCHS))
+      for text, a, b in (
+          ("relu/L approaches or matches softmax (Fig. 1, Ti, L = 196)",
+           dict(attention="relu", alpha=1.0), dict(attention="softmax")),
+          ("alpha 1 at least as good as alpha 0 (Fig. 2, relu)",
+           dict(attention="relu", alpha=1.0), dict(attention="relu", alpha=0.0)))),
 )

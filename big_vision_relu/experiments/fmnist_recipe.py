@@ -114,37 +114,74 @@ def calibration_lines(results: Sequence[RunResult]) -> list[str]:
       ""]
 
 
-def twice_as_long_lines(results: Sequence[RunResult]) -> list[str]:
-  """Rule (c) on the recipe itself (docs/reproduction.md 1.2, "The recipe trained twice as
-  long"): phase A's seed-0 softmax and relu/L against their twins trained for 2 x EPOCHS; and
-  rule E1 (whether 2 x EPOCHS is a candidate recipe) on the softmax twin's curve."""
+@dataclasses.dataclass(frozen=True)
+class Doubling:
+  """Seed 0's softmax and relu/L at a length and at twice it (rule (c)): `final[attention]` is
+  (accuracy at `epochs`, at 2 x `epochs`), None where not finished; `twins[attention]`, the
+  longer run's result; `met`, whether both gain < 1 point (None until both twins finish)."""
+  epochs: int
+  final: dict[str, tuple[float | None, float | None]]
+  twins: dict[str, RunResult | None]
+  met: bool | None
+  rows: tuple[tuple[str, ...], ...]
+
+
+def doubling(results: Sequence[RunResult], epochs: int) -> Doubling:
   by_id = {r.run.run_id: r for r in results}
-  final, gains, rows, twins = {}, [], [], {}
-  for twin in fmnist.twice_as_long():
+  final, twins, gains, rows = {}, {}, [], []
+  for twin in fmnist.twice_as_long(epochs):
     attention = twin.args["attention"]
-    recipe, long = (by_id.get(run.run_id) for run in (fmnist.run(attention=attention), twin))
-    twins[attention] = long
-    final[attention] = tuple(r.accuracy if r else None for r in (recipe, long))
+    short = by_id.get(fmnist.run(attention=attention, epochs=epochs).run_id)
+    long = twins[attention] = by_id.get(twin.run_id)
+    final[attention] = tuple(r.accuracy if r else None for r in (short, long))
     gains.append(None if None in final[attention] else final[attention][1] - final[attention][0])
     rows.append(("relu/L" if attention == "relu" else attention,
                  *(pct(a) for a in final[attention]), pct(gains[-1], True),
                  pct(long.last_quarter_gain if long else None, True)))
-  rule = None if None in gains else all(g < DOUBLE_LENGTH_MAX_GAIN for g in gains)
-  softmax = twins["softmax"]
-  candidate = None if softmax is None or softmax.last_quarter_gain is None else (
-      softmax.accuracy >= SOFTMAX_MIN_ACCURACY
-      and softmax.last_quarter_gain < LAST_QUARTER_MAX_GAIN)
-  deltas = [None if None in (final["relu"][i], final["softmax"][i])
-            else final["relu"][i] - final["softmax"][i] for i in (0, 1)]
-  epochs = (fmnist.EPOCHS, 2 * fmnist.EPOCHS)
+  met = None if None in gains else all(g < DOUBLE_LENGTH_MAX_GAIN for g in gains)
+  return Doubling(epochs, final, twins, met, tuple(rows))
+
+
+def _doubling_lines(rules: Doubling, what: str) -> list[str]:
+  """The pair's table, rule (c) on it (`what`: the recipe it checks), and relu/L - softmax."""
+  epochs = (rules.epochs, 2 * rules.epochs)
+  deltas = [None if None in (rules.final["relu"][i], rules.final["softmax"][i])
+            else rules.final["relu"][i] - rules.final["softmax"][i] for i in (0, 1)]
   return [
       *table(("attention (seed 0, L = 196)", f"test acc % at {epochs[0]} epochs",
-              f"at {epochs[1]} epochs", "gain", f"last quarter of the {epochs[1]} adds"), rows),
-      f"- (c) on the recipe: {epochs[1]} epochs gain < {100 * DOUBLE_LENGTH_MAX_GAIN:.0f} point "
-      f"over {epochs[0]} for softmax and relu/L: {rule_text(rule)}",
+              f"at {epochs[1]} epochs", "gain", f"last quarter of the {epochs[1]} adds"),
+             rules.rows),
+      f"- (c) on {what}: {epochs[1]} epochs gain < {100 * DOUBLE_LENGTH_MAX_GAIN:.0f} point "
+      f"over {epochs[0]} for softmax and relu/L: {rule_text(rules.met)}",
       f"- relu/L - softmax (seed 0, one observation): {pct(deltas[0], True)} points at "
-      f"{epochs[0]} epochs, {pct(deltas[1], True)} at {epochs[1]}",
-      f"- E1: {epochs[1]} epochs is a candidate recipe (its softmax >= "
+      f"{epochs[0]} epochs, {pct(deltas[1], True)} at {epochs[1]}"]
+
+
+def candidate_met(results: Sequence[RunResult]) -> bool | None:
+  """Rule E1: the recipe's softmax twin of twice its length reaches (a) and its last quarter
+  adds < 0.5 points, (b) (None until that run finishes)."""
+  softmax = doubling(results, fmnist.EPOCHS).twins["softmax"]
+  if softmax is None or softmax.last_quarter_gain is None:
+    return None
+  return (softmax.accuracy >= SOFTMAX_MIN_ACCURACY
+          and softmax.last_quarter_gain < LAST_QUARTER_MAX_GAIN)
+
+
+def twice_as_long_lines(results: Sequence[RunResult]) -> list[str]:
+  """Rule (c) on the recipe itself (docs/reproduction.md 1.2, "The recipe trained twice as
+  long"): phase A's seed-0 softmax and relu/L against their twins trained for 2 x EPOCHS; and
+  rule E1 (whether 2 x EPOCHS is a candidate recipe) on the softmax twin's curve."""
+  return [
+      *_doubling_lines(doubling(results, fmnist.EPOCHS), "the recipe"),
+      f"- E1: {fmnist.CANDIDATE_EPOCHS} epochs is a candidate recipe (its softmax >= "
       f"{100 * SOFTMAX_MIN_ACCURACY:.0f}% and its last quarter adds < "
-      f"{100 * LAST_QUARTER_MAX_GAIN:.1f} points): {rule_text(candidate)}",
+      f"{100 * LAST_QUARTER_MAX_GAIN:.1f} points): {rule_text(candidate_met(results))}",
       ""]
+
+
+def candidate_lines(results: Sequence[RunResult]) -> list[str]:
+  """Rule E2's (c) on the candidate recipe: its seed-0 pair against their twins of twice its
+  length; point 3 of issue #22 is met iff both gain < 1 point."""
+  rules = doubling(results, fmnist.CANDIDATE_EPOCHS)
+  return [*_doubling_lines(rules, f"the {fmnist.CANDIDATE_EPOCHS}-epoch candidate"),
+          f"- point 3 (a converged recipe): {rule_text(rules.met)}", ""]

@@ -81,15 +81,15 @@ def baselines_table(baselines: Mapping[int, Mapping[str, float]]) -> list[str]:
 
 
 def _arm(args: Mapping[str, Any]) -> str:
-  """A short name of an arm, e.g. "relu2 a1 gated", "softmax S L=49" (size and L only where
-  they are not the main setting's)."""
+  """A short name of an arm, e.g. "relu2 a1 gated", "softmax S L=49", "relu a0 e40" (size, L
+  and epochs only where they are not the main setting's)."""
   main, args = fmnist.run().args, fmnist.run(**args).args
   name = args["attention"] + ("" if args["attention"] == "softmax" else f" a{args['alpha']:g}")
   name += "" if args["qk_norm"] else " no-qk-LN"
   name += " gated" if args["gated"] else ""
   if (args["size"], args["patch"]) != (main["size"], main["patch"]):
     name += f" {args['size']} L={(28 // args['patch']) ** 2}"
-  return name
+  return name + ("" if args["epochs"] == main["epochs"] else f" e{args['epochs']}")
 
 
 def phase_a_sigma(results: Sequence[RunResult]) -> float | None:
@@ -253,7 +253,9 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
            "the rules are docs/reproduction.md's 1.2.", "", "## Baselines", "",
            *baselines_table(baselines), "## Recipe calibration", "",
            *fmnist_recipe.calibration_lines(results), "## The recipe trained twice as long", "",
-           *fmnist_recipe.twice_as_long_lines(results), "## Claims", "",
+           *fmnist_recipe.twice_as_long_lines(results),
+           f"## The {fmnist.CANDIDATE_EPOCHS}-epoch candidate trained twice as long", "",
+           *fmnist_recipe.candidate_lines(results), "## Claims", "",
            *claims_table(results, baselines), *held_out_lines(results),
            "## 10-shot transfer by arm", "", *transfer_table(results, baselines),
            "## Compute by phase", "",
