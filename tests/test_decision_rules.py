@@ -111,6 +111,8 @@ def test_claims_table_judges_every_rule():
   rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in text.splitlines()
           if line.startswith("| ") and " | " in line}
 
+  assert "- Every row is judged on runs of the recipe's 20 epochs unless it names another " \
+      "length" in text
   sigma = np.sqrt(np.mean([np.var(v, ddof=1) for v in phase_a.values()]))
   noise = 2 * np.sqrt(2) * sigma
   assert f"sigma = {100 * sigma:.2f} points, noise = {100 * noise:.2f} points." in text

@@ -164,7 +164,10 @@ def claims_table(results: Sequence[RunResult],
       "baselines (1-NN and ridge), whatever Delta says.",
       "- CPUs: the CPU models that trained the row's runs (XLA:CPU's results differ between "
       "models at rounding level; '?': a start recorded before starts named their CPU; "
-      "docs/reproduction.md 1.4).", ""]
+      "docs/reproduction.md 1.4).",
+      f"- Every row is judged on runs of the recipe's {fmnist.EPOCHS} epochs unless it names "
+      "another length: a statement about that much training (1.2, \"The recipe trained twice as "
+      "long\").", ""]
 
 
 def transfer_table(results: Sequence[RunResult],
