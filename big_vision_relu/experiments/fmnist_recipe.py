@@ -1,6 +1,7 @@
 """The recipe rules of docs/reproduction.md 1.2 measured on the study's archive: (a)-(c) on the
 calibration runs and the choice of recipe (D1, else D2); (c) on the recipe itself, against its
-twins trained twice as long; and E1, whether twice as long is a candidate recipe."""
+twins trained twice as long; E1, whether twice as long is a candidate recipe; and E2's (c) on
+that candidate, point 3 of issue #22."""
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,7 @@ class Calibration:
     return self.choice == (fmnist.EPOCHS, fmnist.LR)
 
 
-def point_text(point: Point) -> str:
+def _point(point: Point) -> str:
   return f"{point[0]} epochs, lr {point[1]:g}"
 
 
@@ -67,7 +68,7 @@ def calibration(results: Sequence[RunResult]) -> Calibration:
   elif None in (a, b, c):
     choice, reason = None, "(a)-(c) not yet measured"
   elif accuracy[other_lr, "softmax"] is None or last_quarter[other_lr, "softmax"] is None:
-    choice, reason = None, f"D2: waiting for the pair at {point_text(other_lr)}"
+    choice, reason = None, f"D2: waiting for the pair at {_point(other_lr)}"
   else:
     higher, lower = sorted((long, other_lr), key=lambda p: accuracy[p, "softmax"], reverse=True)
     choice = higher if converged(higher) else lower
@@ -81,7 +82,7 @@ def calibration(results: Sequence[RunResult]) -> Calibration:
   return Calibration(a=a, b=b, c=c, choice=choice, reason=reason, rows=tuple(rows))
 
 
-def rule_text(ok: bool | None) -> str:
+def _rule(ok: bool | None) -> str:
   return "not yet measured" if ok is None else "met" if ok else "NOT met"
 
 
@@ -93,22 +94,22 @@ def calibration_lines(results: Sequence[RunResult]) -> list[str]:
   if rules.accepted:
     accepted = "yes"
   elif rules.choice is not None:
-    accepted = (f"no: the rules choose {point_text(rules.choice)}, but the study's recipe is "
-                f"{point_text(recipe)}: set fmnist.EPOCHS and fmnist.LR to the choice")
+    accepted = (f"no: the rules choose {_point(rules.choice)}, but the study's recipe is "
+                f"{_point(recipe)}: set fmnist.EPOCHS and fmnist.LR to the choice")
   else:
     accepted = (f"no: only phases {', '.join(map(str, fmnist.CALIBRATION_PHASES))} run "
                 "(launch/study.sh) until the rules choose a recipe")
   return [
       *table(("attention (seed 0, L = 196)", "epochs", "peak lr", "test acc %",
               "last quarter adds"), rules.rows),
-      f"- the study's recipe: {point_text(recipe)}",
-      f"- (a) softmax >= {100 * SOFTMAX_MIN_ACCURACY:.0f}% at {point_text(long)}: "
-      f"{rule_text(rules.a)}",
+      f"- the study's recipe: {_point(recipe)}",
+      f"- (a) softmax >= {100 * SOFTMAX_MIN_ACCURACY:.0f}% at {_point(long)}: "
+      f"{_rule(rules.a)}",
       f"- (b) softmax's last quarter adds < {100 * LAST_QUARTER_MAX_GAIN:.1f} points at "
-      f"{point_text(long)}: {rule_text(rules.b)}",
+      f"{_point(long)}: {_rule(rules.b)}",
       f"- (c) {long[0]} epochs gain < {100 * DOUBLE_LENGTH_MAX_GAIN:.0f} point over {short[0]} "
-      f"for softmax and relu/L: {rule_text(rules.c)}",
-      "- the rules choose: " + (point_text(rules.choice) if rules.choice else "not yet")
+      f"for softmax and relu/L: {_rule(rules.c)}",
+      "- the rules choose: " + (_point(rules.choice) if rules.choice else "not yet")
       + f" ({rules.reason})",
       f"- accepted: {accepted}",
       ""]
@@ -127,6 +128,7 @@ class Doubling:
 
 
 def doubling(results: Sequence[RunResult], epochs: int) -> Doubling:
+  """Rule (c) on seed 0's pair at `epochs` (`fmnist.twice_as_long(epochs)`)."""
   by_id = {r.run.run_id: r for r in results}
   final, twins, gains, rows = {}, {}, [], []
   for twin in fmnist.twice_as_long(epochs):
@@ -152,7 +154,7 @@ def _doubling_lines(rules: Doubling, what: str) -> list[str]:
               f"at {epochs[1]} epochs", "gain", f"last quarter of the {epochs[1]} adds"),
              rules.rows),
       f"- (c) on {what}: {epochs[1]} epochs gain < {100 * DOUBLE_LENGTH_MAX_GAIN:.0f} point "
-      f"over {epochs[0]} for softmax and relu/L: {rule_text(rules.met)}",
+      f"over {epochs[0]} for softmax and relu/L: {_rule(rules.met)}",
       f"- relu/L - softmax (seed 0, one observation): {pct(deltas[0], True)} points at "
       f"{epochs[0]} epochs, {pct(deltas[1], True)} at {epochs[1]}"]
 
@@ -175,7 +177,7 @@ def twice_as_long_lines(results: Sequence[RunResult]) -> list[str]:
       *_doubling_lines(doubling(results, fmnist.EPOCHS), "the recipe"),
       f"- E1: {fmnist.CANDIDATE_EPOCHS} epochs is a candidate recipe (its softmax >= "
       f"{100 * SOFTMAX_MIN_ACCURACY:.0f}% and its last quarter adds < "
-      f"{100 * LAST_QUARTER_MAX_GAIN:.1f} points): {rule_text(candidate_met(results))}",
+      f"{100 * LAST_QUARTER_MAX_GAIN:.1f} points): {_rule(candidate_met(results))}",
       ""]
 
 
@@ -184,4 +186,4 @@ def candidate_lines(results: Sequence[RunResult]) -> list[str]:
   length; point 3 of issue #22 is met iff both gain < 1 point."""
   rules = doubling(results, fmnist.CANDIDATE_EPOCHS)
   return [*_doubling_lines(rules, f"the {fmnist.CANDIDATE_EPOCHS}-epoch candidate"),
-          f"- point 3 (a converged recipe): {rule_text(rules.met)}", ""]
+          f"- point 3 (a converged recipe): {_rule(rules.met)}", ""]
