@@ -183,7 +183,10 @@ def twice_as_long_lines(results: Sequence[RunResult]) -> list[str]:
 
 def candidate_lines(results: Sequence[RunResult]) -> list[str]:
   """Rule E2's (c) on the candidate recipe: its seed-0 pair against their twins of twice its
-  length; point 3 of issue #22 is met iff both gain < 1 point."""
+  length; point 3 of issue #22 is met iff the candidate meets E1 ((a) and (b)) and both gain
+  < 1 point."""
   rules = doubling(results, fmnist.CANDIDATE_EPOCHS)
+  checks = (candidate_met(results), rules.met)
+  point_3 = False if False in checks else None if None in checks else True
   return [*_doubling_lines(rules, f"the {fmnist.CANDIDATE_EPOCHS}-epoch candidate"),
-          f"- point 3 (a converged recipe): {_rule(rules.met)}", ""]
+          f"- point 3 (a converged recipe: E1 and this (c)): {_rule(point_3)}", ""]
