@@ -36,6 +36,14 @@ class Calibration:
     return self.choice == (fmnist.EPOCHS, fmnist.LR)
 
 
+def _meets_a(accuracy: float) -> bool:
+  return accuracy >= SOFTMAX_MIN_ACCURACY
+
+
+def _meets_b(last_quarter_gain: float) -> bool:
+  return last_quarter_gain < LAST_QUARTER_MAX_GAIN
+
+
 def _point(point: Point) -> str:
   return f"{point[0]} epochs, lr {point[1]:g}"
 
@@ -55,10 +63,9 @@ def calibration(results: Sequence[RunResult]) -> Calibration:
 
   def converged(point: Point) -> bool | None:  # rule (b)
     gain = last_quarter[point, "softmax"]
-    return None if gain is None else gain < LAST_QUARTER_MAX_GAIN
+    return None if gain is None else _meets_b(gain)
 
-  a = (None if accuracy[long, "softmax"] is None
-       else accuracy[long, "softmax"] >= SOFTMAX_MIN_ACCURACY)
+  a = None if accuracy[long, "softmax"] is None else _meets_a(accuracy[long, "softmax"])
   gains = [None if None in (accuracy[long, x], accuracy[short, x])
            else accuracy[long, x] - accuracy[short, x] for x in ("softmax", "relu")]
   c = None if None in gains else all(g < DOUBLE_LENGTH_MAX_GAIN for g in gains)
@@ -76,7 +83,7 @@ def calibration(results: Sequence[RunResult]) -> Calibration:
               f"({pct(accuracy[higher, 'softmax'])} vs {pct(accuracy[lower, 'softmax'])}), "
               f"whose last quarter {'meets' if converged(higher) else 'does NOT meet'} (b)")
   if choice is not None:
-    meets = accuracy[choice, "softmax"] >= SOFTMAX_MIN_ACCURACY
+    meets = _meets_a(accuracy[choice, "softmax"])
     reason += (f"; its softmax {'meets' if meets else 'does NOT meet'} (a) and its last quarter "
                f"{'meets' if converged(choice) else 'does NOT meet'} (b)")
   return Calibration(a=a, b=b, c=c, choice=choice, reason=reason, rows=tuple(rows))
@@ -165,8 +172,7 @@ def candidate_met(results: Sequence[RunResult]) -> bool | None:
   softmax = doubling(results, fmnist.EPOCHS).twins["softmax"]
   if softmax is None or softmax.last_quarter_gain is None:
     return None
-  return (softmax.accuracy >= SOFTMAX_MIN_ACCURACY
-          and softmax.last_quarter_gain < LAST_QUARTER_MAX_GAIN)
+  return _meets_a(softmax.accuracy) and _meets_b(softmax.last_quarter_gain)
 
 
 def twice_as_long_lines(results: Sequence[RunResult]) -> list[str]:
