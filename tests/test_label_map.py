@@ -40,6 +40,7 @@ def test_i21k_wnids():
 def test_i1k_map_against_tfds_labels():
   i1k = _tfds_i1k_wnids()
   assert len(i1k) == 1000
+  assert label_maps.imagenet1k_wnids() == i1k
   idx = label_maps.i21k_to_i1k_indices()
   assert idx.shape == (1000,) and idx.dtype == np.int64
   wnids = label_maps.imagenet21k_wnids()

@@ -29,7 +29,6 @@ I21K_AUGMENTATION = {
     "L/16": (15, 0.5),
     "S/8": (10, 0.2),  # ours: the paper does not say
 }
-I21K_NUM_CLASSES = 21843
 
 # The alpha grid of the paper's Figures 2-4 (the paper gives none: its text says [0, 1], its
 # plots run to 2): dense around the predicted optimum 1, both ends included.
