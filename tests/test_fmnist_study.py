@@ -464,8 +464,9 @@ def test_a_pinned_study_trains_from_its_worktree_and_records_the_commit(fixture_
     assert str(root / "code" / "big_vision_relu" / "train.py") in _traced_module(root, env)
     assert "Traceback" not in log
     # The archive pins the study: another commit is refused, with what to do.
-    if _git("rev-list", "--count", "HEAD") != "1":
-      refused = run_study("--commit", "HEAD~1", "--max_runs", "0")
+    # `{head}~1`, not HEAD~1: a commit made while the test runs must not move what it asks for.
+    if _git("rev-list", "--count", head) != "1":
+      refused = run_study("--commit", f"{head}~1", "--max_runs", "0")
       assert refused.returncode != 0
       assert f"pins this study to plan 'fmnist' at commit {head}" in refused.stderr
   finally:
