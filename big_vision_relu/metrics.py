@@ -220,8 +220,15 @@ class Progress:
     self._img_per_sec_core: float | None = None
 
   @contextlib.contextmanager
-  def paused(self) -> Iterator[None]:
-    """Time inside is excluded from img/sec/core (evals, checkpointing); still in core_hours."""
+  def paused(self, wait_for: Any = None) -> Iterator[None]:
+    """Time inside is excluded from img/sec/core (evals, checkpointing); still in core_hours.
+
+    Args:
+      wait_for: the training state (a pytree of arrays). JAX dispatches steps asynchronously:
+        the pause starts only once they have run, else their time would count as paused and
+        img/sec/core would read high when evaluations are dense.
+    """
+    jax.block_until_ready(wait_for)
     start = self._clock()
     try:
       yield

@@ -119,13 +119,13 @@ def _train(run: run_lib.Setup, workdir: str, config_json: str,
   def save(step, force=False):
     if force or ckpt.should_save(step):
       run_lib.check_nonfinite(state, ckpt)
-      with progress.paused():
+      with progress.paused(wait_for=state):
         ckpt.save(step, state, {"core_hours": progress.core_hours(), "data_position": step},
                   force=force)
 
   def run_evals(step) -> bool:
     due = [e for e in evals if e.due(step)]
-    with progress.paused():
+    with progress.paused(wait_for=state):
       for evaluator in due:
         values = {f"{evaluator.name}/{k}": v for k, v in evaluator.run(state["params"]).items()}
         writer.write_scalars(step, values)

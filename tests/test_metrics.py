@@ -109,6 +109,30 @@ def test_progress_core_hours_and_throughput():
   assert progress.core_hours() == pytest.approx(1.5 + 8 * 50 / 3600)
 
 
+class PendingStep:
+  """A dispatched training step: `jax.block_until_ready` calls this leaf's method, which is
+  where the step's remaining time passes."""
+
+  def __init__(self, clock, seconds):
+    self.clock, self.seconds = clock, seconds
+
+  def block_until_ready(self):
+    self.clock.t += self.seconds
+    self.seconds = 0.0
+    return self
+
+
+def test_progress_pause_waits_for_dispatched_steps():
+  """An eval right after steps were dispatched: their run time is training time, not paused."""
+  clock = FakeClock()
+  progress = Progress(total_steps=100, first_step=0, num_devices=1, examples_per_step=10,
+                      clock=clock)
+  clock.t += 1.0  # dispatching 10 steps returns at once ...
+  with progress.paused(wait_for={"params": PendingStep(clock, 9.0)}):  # ... they run 9 s more
+    clock.t += 5.0  # the eval
+  assert progress.measure(10)["img/sec/core"] == pytest.approx(10 * 10 / 10.0)
+
+
 def test_progress_core_hours_survive_resume():
   clock = FakeClock()
   first = Progress(total_steps=1000, first_step=0, num_devices=4, examples_per_step=32, clock=clock)
