@@ -125,12 +125,14 @@ def _train(run: run_lib.Setup, workdir: str, config_json: str,
 
   def run_evals(step) -> bool:
     due = [e for e in evals if e.due(step)]
+    if not due:  # called every step: no sync with the device unless an evaluation runs
+      return False
     with progress.paused(wait_for=state):
       for evaluator in due:
         values = {f"{evaluator.name}/{k}": v for k, v in evaluator.run(state["params"]).items()}
         writer.write_scalars(step, values)
         logged.update(values)
-    return bool(due)
+    return True
 
   step = start_step
   notice = preemption.PreemptionNotice(mesh.devices)
