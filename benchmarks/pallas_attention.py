@@ -26,9 +26,10 @@ FlashAttention's tests): pallas's error <= 2x the naive one.
 Memory: XLA's buffer assignment of each compiled forward + backward at b = 1 (compile only,
 `common.memory_mib`): pallas's and chunked's grow as O(L), dense's as O(L^2). Executables whose
 peak exceeds `--max_peak_gib` are reported and not run.
-Train (`--tables train`): one training step (forward, backward, AdamW) of S/16 (L = 197) and S/8
-(L = 785), 224 px, class token, bf16 matmuls, on random images, with softmax (dense) and relu/L
-(dense, chunked, pallas), timed in alternating rounds. `--tables` picks the tables (default: op,
+Train (`--tables train`): one training step (forward, backward, AdamW) of each `--train_models`
+(S/16 and S/8 at 224 px by default: L = 197 and 785), class token, bf16 matmuls, on random
+images, with softmax (dense) and relu/L (dense, chunked, pallas), timed in alternating rounds;
+each model's table is printed as soon as it is measured. `--tables` picks the tables (default: op,
 errors, memory), so that each command fits the GPU machine's 10 minutes.
 
 Imports nothing of TensorFlow, TFDS, clu or ml_collections (the GPU machine has none): the model
@@ -195,8 +196,8 @@ def train_step_table(models: Sequence[tuple[str, int]], batch: int, block_size: 
                 CHUNKED: ("relu", "chunked", chunk_size),
                 PALLAS: ("relu", "pallas", block_size)}
   tx = optax.adamw(1e-3, weight_decay=1e-4)
-  rows = []
   for variant, image_size in models:
+    rows = []
     images = jax.random.normal(jax.random.PRNGKey(0), (batch, image_size, image_size, 3))
     labels = jax.nn.one_hot(jnp.arange(batch) % 1000, 1000)
     runs, statuses = {}, {}
@@ -227,11 +228,12 @@ def train_step_table(models: Sequence[tuple[str, int]], batch: int, block_size: 
                    "-" if seconds is None else f"{batch / seconds:.0f}",
                    speed(times, name, "softmax dense"), speed(times, name, DENSE),
                    statuses[name]))
-    print(f"{variant}: {len(runs)} of {len(attentions)} ran", flush=True)
-  print(f"\nOne training step (AdamW), batch {batch}, bf16 matmuls, random images; speed = "
-        "other's step time / this one's, per round: median [quartiles].")
-  common.print_table(("model", "L", "attention", "step ms", "images/s", "speed vs softmax dense",
-                      f"speed vs {DENSE}", "status"), rows)
+    # Each model's table as soon as it is measured: a command stopped at the device's time
+    # limit keeps the models it finished.
+    print(f"\n{variant}: one training step (AdamW), batch {batch}, bf16 matmuls, random images; "
+          "speed = other's step time / this one's, per round: median [quartiles].")
+    common.print_table(("model", "L", "attention", "step ms", "images/s",
+                        "speed vs softmax dense", f"speed vs {DENSE}", "status"), rows)
 
 
 def main() -> None:
@@ -254,17 +256,24 @@ def main() -> None:
                       help="activations whose errors are measured at the first length (relu's "
                       "at every length)")
   parser.add_argument("--train_batch", type=int, default=128)
+  parser.add_argument("--train_models", default="S/16:224,S/8:224",
+                      help="variant:image size of each model of the train table")
   parser.add_argument("--dry", action="store_true",
                       help="CPU check of the script: tiny sizes, XLA softmax, one round")
   args = parser.parse_args()
-  models = [("S/16", 224), ("S/8", 224)]
   if args.dry:
     # 40 tokens: 3 tiles of 16 (8 padded); mu/8 at 32 px: 17 tokens, 2 tiles.
     args.lengths, args.heads, args.pairs, args.rounds = "40", 2, 2 * 2 * 40 ** 2, 1
     args.block_size, args.chunk_size, args.softmax, args.train_batch = 16, 16, "xla", 2
     args.error_activations = "relu,gelu"
-    models = [("mu/8", 32)]
+    args.train_models = "mu/8:32"
   lengths = [int(x) for x in args.lengths.split(",")]
+  try:
+    models = [(variant, int(size)) for variant, size in
+              (model.split(":") for model in args.train_models.split(","))]
+  except ValueError:
+    parser.error(f"--train_models takes variant:image_size entries (S/16:224,S/8:224), got "
+                 f"{args.train_models!r}")
   device = jax.devices()[0]
   print(f"jax {jax.__version__}, {device.platform}: {device.device_kind}; pallas tiles "
         f"{args.block_size}, chunked blocks {args.chunk_size}{', DRY RUN' if args.dry else ''}")
