@@ -6,7 +6,7 @@ r"""Fused pointwise attention on a GPU: `attention_impl='pallas'` against XLA an
 
 The op: a `[b, L, h, 64]` bf16 self-attention through `jax.vjp` (the output and dq, dk, dv) for
 L in `--lengths`, with b chosen so that every L does the same work (b h L^2 = `--pairs`: b =
-6915, 435, 16, 1 at L = 197, 785, 4096, 16384 with 6 heads), enough programs to fill a GPU.
+6917, 436, 16, 1 at L = 197, 785, 4096, 16384 with 6 heads), enough programs to fill a GPU.
 Implementations, compiled first and then timed in alternating rounds (`common.round_times`):
   pallas relu/L     our fused Pallas kernels (Triton), `--block_size` tiles;
   dense relu/L      XLA: the `[b, h, L, L]` weights materialised (the model's dense path);
