@@ -113,7 +113,9 @@ def test_after_phase_a_and_d_the_runs_a_claim_needs_come_first():
 def test_an_argument_at_the_configs_default_is_not_spelled():
   """lr joined the study's grid after runs had finished: at the config's own lr a run keeps its
   id and --config (it trains the same), at another lr both say so."""
-  assert sweep_lib.load_config(sweep_lib.Run(fmnist.CONFIG, {})).lr == fmnist.BASE_LR
+  default = sweep_lib.load_config(sweep_lib.Run(fmnist.CONFIG, {}))
+  # The config's defaults are the study's recipe: a bare --config trains what the study did.
+  assert (default.lr, default.total_epochs) == (fmnist.BASE_LR, fmnist.EPOCHS)
   base = fmnist.run(attention="softmax", epochs=20, lr=fmnist.BASE_LR)
   assert base.run_id == "fmnist_vit-Ti-p2-softmax-a1-qk_norm-nogated-e20-seed0"
   assert "lr=" not in base.config_arg and base.args["lr"] == fmnist.BASE_LR
