@@ -1,5 +1,6 @@
-"""The miniature reproduction's grid: model sizes, sequence lengths, seeds, and the order in which
-the study runs its runs (docs/reproduction.md; sweeps in configs/repro/fig*.py).
+"""The miniature reproduction on MNIST-5k (docs/reproduction.md): its grid (model sizes,
+sequence lengths, seeds), its four figures' sweeps (configs/repro/fig*.py list them) and the
+order in which the study runs its runs. Finished: 250 runs in results/repro.
 
 Every run uses configs/repro/mnist_vit.py with ALL its study arguments spelled out in one order,
 so a run shared by two figures (e.g. S, relu, alpha 1, seed 0 is in Figures 1 to 4) has one
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from big_vision_relu.experiments import recipes
+from big_vision_relu.experiments import plans, recipes
 from big_vision_relu.experiments.sweep import FigureSpec, Grid, Run
+from big_vision_relu.models.attention import PAPER_ACTIVATIONS
 
 CONFIG = "configs/repro/mnist_vit.py"
 SIZES = ("Ti", "S", "B")  # Figure 1's model sizes; Figures 2-4 use S
@@ -41,8 +43,39 @@ def run(**args: Any) -> Run:
   return GRID.run(**args)
 
 
-# The study's order: (sweep file, {argument: value or tuple of values}) selects that sweep's
-# runs. Cheap and most telling first, so that a study stopped early has whole figures at L = 49
+def fig1() -> list[Run]:
+  """Softmax vs relu/L over the three model sizes at L = 49, 3 seeds each (18 runs)."""
+  return [run(size=size, attention=attention, seed=seed)
+          for size in SIZES for attention in ("softmax", "relu") for seed in SEEDS]
+
+
+def fig2() -> list[Run]:
+  """Every activation of `L^-alpha * h` over ALPHAS, and softmax, at both lengths, seed 0; seeds
+  1 and 2 too at SEEDED_ALPHAS (and for softmax): 114 + 60 runs."""
+  runs = []
+  for patch in PATCHES:
+    for seed in SEEDS:
+      runs.append(run(patch=patch, attention="softmax", seed=seed))
+      runs += [run(patch=patch, attention=activation, alpha=alpha, seed=seed)
+               for activation in PAPER_ACTIVATIONS for alpha in ALPHAS
+               if seed == 0 or alpha in SEEDED_ALPHAS]
+  return runs
+
+
+def fig3() -> list[Run]:
+  """relu and relu2 over ALPHAS with and without qk-layernorm at both lengths, seed 0."""
+  return GRID.ablation("qk_norm", ALPHAS, patch=PATCHES)
+
+
+def fig4() -> list[Run]:
+  """relu and relu2 over ALPHAS with and without the attention gate at both lengths, seed 0."""
+  return GRID.ablation("gated", ALPHAS, patch=PATCHES)
+
+
+SWEEPS = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4}
+
+# The study's order: (sweep, {argument: value or tuple of values}) selects that sweep's runs.
+# Cheap and most telling first, so that a study stopped early has whole figures at L = 49
 # before anything at L = 196: Figure 1 at seed 0, the seeds of its small models (the first
 # measure of seed noise), Figure 2's alpha curves of every activation at alpha 0, 1, 2, then at
 # 0.5 and 1.5, Figures 3 and 4 (qk-LN, gate off) at those five alphas, all seeds of Figure 1 and
@@ -51,29 +84,33 @@ def run(**args: Any) -> Run:
 # then the five first alphas of Figures 2 to 4, the seeds of alpha 0 and 1 one activation at a
 # time (whole 3-seed groups first: they decide whether alpha 1's deficit to alpha 0 is beyond
 # seed noise), then the other alphas, relu6's last.
-PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("configs/repro/fig1.py", {"seed": 0}),
-    ("configs/repro/fig1.py", {"size": ("Ti", "S")}),
-    ("configs/repro/fig2.py", {"patch": 4, "seed": 0, "alpha": FIRST_ALPHAS[::2]}),
-    ("configs/repro/fig2.py", {"patch": 4, "seed": 0, "alpha": FIRST_ALPHAS[1::2]}),
-    ("configs/repro/fig3.py", {"patch": 4, "alpha": FIRST_ALPHAS}),
-    ("configs/repro/fig4.py", {"patch": 4, "alpha": FIRST_ALPHAS}),
-    ("configs/repro/fig1.py", {}),
-    ("configs/repro/fig2.py", {"patch": 4, "alpha": SEEDED_ALPHAS}),
-    ("configs/repro/fig2.py", {"patch": 4}),
-    ("configs/repro/fig3.py", {"patch": 4}),
-    ("configs/repro/fig4.py", {"patch": 4}),
-    ("configs/repro/fig2.py", {"patch": 2, "attention": ("softmax", "relu"),
-                               "alpha": SEEDED_ALPHAS}),
-    ("configs/repro/fig2.py", {"patch": 2, "seed": 0, "alpha": FIRST_ALPHAS}),
-    ("configs/repro/fig3.py", {"patch": 2, "alpha": FIRST_ALPHAS}),
-    ("configs/repro/fig4.py", {"patch": 2, "alpha": FIRST_ALPHAS}),
-    *(("configs/repro/fig2.py", {"patch": 2, "attention": activation, "alpha": SEEDED_ALPHAS})
+PHASES: tuple[plans.Phase, ...] = (
+    ("fig1", {"seed": 0}),
+    ("fig1", {"size": ("Ti", "S")}),
+    ("fig2", {"patch": 4, "seed": 0, "alpha": FIRST_ALPHAS[::2]}),
+    ("fig2", {"patch": 4, "seed": 0, "alpha": FIRST_ALPHAS[1::2]}),
+    ("fig3", {"patch": 4, "alpha": FIRST_ALPHAS}),
+    ("fig4", {"patch": 4, "alpha": FIRST_ALPHAS}),
+    ("fig1", {}),
+    ("fig2", {"patch": 4, "alpha": SEEDED_ALPHAS}),
+    ("fig2", {"patch": 4}),
+    ("fig3", {"patch": 4}),
+    ("fig4", {"patch": 4}),
+    ("fig2", {"patch": 2, "attention": ("softmax", "relu"), "alpha": SEEDED_ALPHAS}),
+    ("fig2", {"patch": 2, "seed": 0, "alpha": FIRST_ALPHAS}),
+    ("fig3", {"patch": 2, "alpha": FIRST_ALPHAS}),
+    ("fig4", {"patch": 2, "alpha": FIRST_ALPHAS}),
+    *(("fig2", {"patch": 2, "attention": activation, "alpha": SEEDED_ALPHAS})
       for activation in SEEDED_ACTIVATIONS_ORDER),
-    ("configs/repro/fig2.py", {"patch": 2, "attention": tuple(
+    ("fig2", {"patch": 2, "attention": tuple(
         activation for activation in ("relu", *SEEDED_ACTIVATIONS_ORDER)
         if activation != RELU_TWIN)}),
-    ("configs/repro/fig3.py", {"patch": 2}),
-    ("configs/repro/fig4.py", {"patch": 2}),
-    ("configs/repro/fig2.py", {"patch": 2}),
+    ("fig3", {"patch": 2}),
+    ("fig4", {"patch": 2}),
+    ("fig2", {"patch": 2}),
 )
+
+PLAN = plans.Plan(
+    name="repro", sweeps=SWEEPS, phases=PHASES, figure=FIGURE, datasets=("mnist5k", "digits"),
+    docs="docs/reproduction", figures=tuple(SWEEPS),
+    pinned=False)  # it finished before studies were pinned
