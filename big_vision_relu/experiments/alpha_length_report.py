@@ -227,7 +227,8 @@ def plot_accuracy(runs: Sequence[Archived]) -> Figure:
     ax.set_title(f"L = {length} (patch {patch})")
     ax.set_xlabel(r"$\alpha$ (weights $L^{-\alpha}$ relu$(q\cdot k/\sqrt{d})$)")
     ax.set_ylabel("accuracy (%)")
-  axes[0].legend(fontsize=7)
+  if axes[0].get_legend_handles_labels()[0]:
+    axes[0].legend(fontsize=7)
   return figure
 
 
@@ -265,7 +266,8 @@ def plot_alpha_star(runs: Sequence[Archived]) -> Figure:
   ax.set_xlabel(r"$\ln L$")
   ax.set_ylabel(r"$\alpha^*$")
   ax.set_title("the best alpha against the sequence length")
-  ax.legend(fontsize=7)
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(fontsize=7)
   return figure
 
 
