@@ -10,6 +10,7 @@
 #   bash launch/study.sh fmnist stop         # trainers checkpoint and exit; waits for it, then
 #                                            # parks as 'park' does
 #   bash launch/study.sh fmnist report       # tables, figures, verdicts -> docs/fmnist/
+#                                            # (alpha_length: results.md, figures -> docs/alpha_length/)
 #
 # ROOT (default workdirs/<plan>) holds the runs' workdirs (checkpoints), ROOT/study.log and, for
 # a pinned study, ROOT/code: a git worktree at the study's commit, which the trainers run from.
@@ -112,9 +113,8 @@ print(",".join(map(str, fmnist.CALIBRATION_PHASES)))')"
     ;;
   report)
     if [ "$PLAN" = alpha_length ]; then
-      echo "the alpha_length report is not written yet (issue 84, point 6); its rule is" \
-        "big_vision_relu/experiments/alpha_length.py, its protocol docs/alpha_length.md" >&2
-      exit 2
+      exec "$PY" -m big_vision_relu.experiments.alpha_length_report --archive "$ARCHIVE" \
+        --out "$DOCS"
     fi
     SWEEPS=()
     for f in "$SWEEP_DIR"/fig[1-4].py; do
