@@ -96,8 +96,10 @@ print(provenance.transparent_hugepages())')"
     "${STUDY[@]}" --park
     ;;
   report)
-    # The plan's figures' tables and figures, then its own report (verdicts), into its docs.
-    "$PY" -m big_vision_relu.experiments.report --plan "$PLAN" --root "$ARCHIVE"
+    # The plan's figures' tables and figures, then its own report (verdicts), into DOCS
+    # (default: the plan's docs directory).
+    "$PY" -m big_vision_relu.experiments.report --plan "$PLAN" --root "$ARCHIVE" \
+      ${DOCS:+--out "$DOCS"}
     ;;
   *)
     usage

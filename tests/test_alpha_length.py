@@ -2,6 +2,7 @@
 and its pre-registered estimator, decision rule and paired tests against independent
 references (scipy, numpy polyfit over the exact parabola, hand-computed cases)."""
 import hashlib
+import json
 
 import numpy as np
 import pytest
@@ -179,3 +180,38 @@ def test_paired_test_against_scipy():
   for df, quantile in al.T_95.items():
     assert quantile == pytest.approx(scipy.stats.t.ppf(0.95, df), abs=1e-4)
   assert not al.paired_test([0.88, 0.87, 0.875], [0.90, 0.90, 0.90]).non_inferior
+
+
+# ----------------------------------------------------------------------------- the report
+
+def _write_run(archive, run, val, test, stats=0.5):
+  """An archived run whose val/test curves peak at `val`/`test` at step 100, then fall."""
+  path = archive / "runs" / run.run_id
+  path.mkdir(parents=True)
+  layer = {f"attention/layer{i}/{k}": stats for i in range(4)
+           for k in ("row_sum_mean", "attention_to_residual")}
+  rows = [dict(step=1, **{"val/prec@1": 0.1, "test/prec@1": 0.1}, **layer),
+          dict(step=100, **{"val/prec@1": val, "test/prec@1": test}),
+          dict(step=200, **{"val/prec@1": val - 0.01, "test/prec@1": test - 0.02,
+                            "core_hours": 0.5}, **layer)]
+  (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_the_report_redraws_the_interim_verdict_from_an_archive(tmp_path):
+  from big_vision_relu.experiments.studies.alpha_length import report
+  rng = np.random.default_rng(0)
+  for patch in (7, 4):  # two complete lengths: the interim verdict
+    for run in al.runs(patch):
+      a = run.args
+      val = (0.9 - 0.03 * (a["alpha"] - 1.0) ** 2 if a["attention"] == "relu"
+             else 0.89 if a["attention"] == "softmax" else 0.85) + 1e-5 * rng.standard_normal()
+      _write_run(tmp_path, run, val, val - 0.002)
+  path = report.write(tmp_path, tmp_path / "out")
+  text = path.read_text()
+  assert "54 of 75 runs archived, 27.0 core hours" in text
+  assert "**interim verdict (16, 49): supports H1**" in text
+  assert "L = 16: alpha* = 1.00" in text and "L = 196 (patch 2)" in text
+  # relu/L (0.898 test) - softmax (0.888): +1.00 point on every seed: "better".
+  assert "L = 49: +1.00 points" in text and ": better" in text
+  assert (tmp_path / "out" / "accuracy_vs_alpha.png").stat().st_size > 10_000
+  assert (tmp_path / "out" / "alpha_star.png").stat().st_size > 10_000

@@ -2,9 +2,8 @@
 
 - `protocol`: the pre-registered grid, run order and analysis (fixed before the study's first
   run: change only by appending to docs/alpha_length.md, with the date);
-- the report (issue 84, point 6: not written yet) goes in a module of its own here, e.g.
-  `report.py` with `write(archive, out) -> path`, named by PLAN's `report`; until then
-  `bash launch/study.sh alpha_length report` says there is none.
+- `report`: results.md and the figures, redrawn from the archive (`bash launch/study.sh
+  alpha_length report`; its PLAN.report).
 """
 from big_vision_relu.experiments import plans
 from big_vision_relu.experiments.studies.alpha_length import protocol
@@ -20,4 +19,4 @@ PLAN = plans.Plan(
     name="alpha_length", sweeps={protocol.SWEEP: grid}, phases=protocol.PHASES,
     datasets=("mnist5k", "digits", "fashion_mnist_local"),
     data_packages=("dataset-fashion-mnist",), docs="docs/alpha_length",
-    report=None)  # issue 84, point 6: "big_vision_relu.experiments.studies.alpha_length.report"
+    report="big_vision_relu.experiments.studies.alpha_length.report")
