@@ -57,7 +57,8 @@ case "${2:-start}" in
       exit 0
     fi
     # The trainers' malloc (study.py) and the datasets' files.
-    bash launch/system_packages.sh libtcmalloc-minimal4 $DATA_PACKAGES
+    read -r -a packages <<< "$DATA_PACKAGES"
+    bash launch/system_packages.sh libtcmalloc-minimal4 "${packages[@]}"
     "$PY" -m big_vision_relu.data.prepare --datasets "$DATASETS"
     # A machine-wide setting, so the study only says it: huge pages for the trainers' heap.
     thp="$("$PY" -c 'from big_vision_relu.experiments import provenance

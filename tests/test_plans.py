@@ -24,6 +24,8 @@ def test_the_core_finds_every_study_by_name_and_only_those():
     assert plans.load(name).name == name
   with pytest.raises(ValueError, match="the studies are alpha_length, fmnist, repro"):
     plans.load("fmnist_vit")
+  with pytest.raises(ValueError, match=r"No sweep 'fig5'; the study's sweeps are \['fig1'"):
+    plans.load("repro").runs([("fig5", {})])
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))

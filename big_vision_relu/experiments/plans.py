@@ -64,14 +64,14 @@ class Plan:
 
   def sweep(self, name: str) -> list[sweep_lib.Run]:
     """The runs of sweep `name`; raises ValueError for an unknown name or duplicate run ids."""
-    return load_sweep(self.sweeps, name)
+    return sweep_runs(self.sweeps, name)
 
   def runs(self, phases: Sequence[Phase] | None = None) -> list[PlannedRun]:
     """`plan` of these phases (default: all of the study's)."""
     return plan(self.sweeps, self.phases if phases is None else phases)
 
 
-def load_sweep(sweeps: Sweeps, name: str) -> list[sweep_lib.Run]:
+def sweep_runs(sweeps: Sweeps, name: str) -> list[sweep_lib.Run]:
   """The runs of `sweeps[name]`; raises ValueError for an unknown name or duplicate run ids."""
   if name not in sweeps:
     raise ValueError(f"No sweep {name!r}; the study's sweeps are {list(sweeps)}.")
@@ -81,10 +81,10 @@ def load_sweep(sweeps: Sweeps, name: str) -> list[sweep_lib.Run]:
 def plan(sweeps: Sweeps, phases: Sequence[Phase]) -> list[PlannedRun]:
   """The runs of `phases` in phase order, each once, with all the sweeps (of those the phases
   name) that list it."""
-  runs = {name: load_sweep(sweeps, name) for name in dict.fromkeys(name for name, _ in phases)}
+  runs = {name: sweep_runs(sweeps, name) for name in dict.fromkeys(name for name, _ in phases)}
   listed_by: dict[str, list[str]] = {}
-  for name, sweep_runs in runs.items():
-    for run in sweep_runs:
+  for name, listed in runs.items():
+    for run in listed:
       listed_by.setdefault(run.run_id, []).append(name)
   planned: dict[str, PlannedRun] = {}
   for index, (name, selection) in enumerate(phases):
