@@ -48,6 +48,7 @@ GCLOUD_SYNTAX = {
         "--scopes": True, "--service-account": True, "--max-run-duration": True,
         "--instance-termination-action": True}),
     ("compute", "instances", "delete"): (1, {"--zone": True, "--delete-disks": True}),
+    ("compute", "instances", "describe"): (1, {"--zone": True}),
     ("compute", "ssh"): (1, {"--zone": True, "--command": True}),
     ("compute", "scp"): (2, {"--zone": True, "--recurse": False}),
 }
@@ -375,14 +376,16 @@ def test_data_paper_on_a_cpu_vm_that_is_deleted(sh):
   assert "apache" not in remote(setup) and "tfds build" not in remote(start)
   assert f"{DATA_DIR}/.data_sh_write_test" in remote(setup)
   job = remote(start)
-  assert (f"prep imagenet2012 .venv/bin/python {PREPARE} --datasets=imagenet2012 {BUILD_FLAGS} "
-          "--manual_dir=gs://bucket/i1k &") in job
-  assert (f"prep cars196 .venv/bin/python {PREPARE} --datasets=cars196 {BUILD_FLAGS} "
+  assert (f"prep imagenet2012 imagenet2012 .venv/bin/python {PREPARE} --datasets=imagenet2012 "
+          f"{BUILD_FLAGS} --manual_dir=gs://bucket/i1k &") in job
+  assert (f"prep cars196 cars196 .venv/bin/python {PREPARE} --datasets=cars196 {BUILD_FLAGS} "
           "--manual_dir=gs://bucket/cars &") in job
   for name in ("imagenet_v2", *FEWSHOT):
     if name != "cars196":
-      assert f"prep {name} .venv/bin/python {PREPARE} --datasets={name} {BUILD_FLAGS} &" in job
+      assert (f"prep {name} {name} .venv/bin/python {PREPARE} --datasets={name} {BUILD_FLAGS} "
+              "&") in job
   assert job.count("prep ") == 10 and "imagenet21k" not in job
+  assert "progress() { while sleep 600;" in job  # DATA_PROGRESS_SECONDS's default
   assert "--pid=" in remote(follow)
 
 
@@ -390,8 +393,8 @@ def test_data_vm_options_and_manual_birds(sh):
   env = {"DATA_VM": "my-data", "DATA_MACHINE_TYPE": "c3-standard-44", "DATA_DISK_GB": "3000",
          "DATA_MAX_HOURS": "30", "DATA_SERVICE_ACCOUNT": "prep@proj.iam.gserviceaccount.com",
          "CALTECH_BIRDS2011_MANUAL_DIR": "gs://bucket/cub", "MANUAL_DIR": "gs://bucket/i21k tars"}
-  result = sh("data.sh", "caltech_birds2011", "imagenet21k", "caltech_birds2011", "--dry-run",
-              env=env)
+  result = sh("data.sh", "caltech_birds2011", "imagenet21k/fall2011", "caltech_birds2011",
+              "--dry-run", env=env)
   assert result.returncode == 0, result.stderr
   argv = commands(result)
   create = argv[0]
@@ -400,20 +403,50 @@ def test_data_vm_options_and_manual_birds(sh):
     assert flag in create
   assert create[4] == "my-data" and argv[-1][4] == "my-data"
   job = remote(argv[6])
-  assert (f"prep caltech_birds2011 .venv/bin/python {PREPARE} --datasets=caltech_birds2011 "
-          f"{BUILD_FLAGS} --manual_dir=gs://bucket/cub &") in job
-  assert ("prep imagenet21k .venv/bin/python -m big_vision_relu.data.imagenet21k "
+  assert (f"prep caltech_birds2011 caltech_birds2011 .venv/bin/python {PREPARE} "
+          f"--datasets=caltech_birds2011 {BUILD_FLAGS} --manual_dir=gs://bucket/cub &") in job
+  assert ("prep imagenet21k/fall2011 imagenet21k_fall2011 .venv/bin/python -m "
+          "big_vision_relu.data.imagenet21k --release=fall2011 "
           f"'--manual_dir=gs://bucket/i21k tars' --data_dir={DATA_DIR} &") in job
   assert job.count("prep caltech_birds2011") == 1
   for bad in ({"DATA_DISK_GB": "2TB"}, {"DATA_VM": "Data_VM"}, {"DATA_MAX_HOURS": "0"},
-              {"DATA_MACHINE_TYPE": "big"}):
+              {"DATA_MACHINE_TYPE": "big"}, {"DATA_PROGRESS_SECONDS": "10m"}):
     result = sh("data.sh", "cifar100", "--dry-run", env=bad)
     assert result.returncode == 1 and next(iter(bad)) in result.stderr, bad
     assert nothing_run(result)
 
 
+def test_data_imagenet21k_builds_the_named_release(sh):
+  """winter 2021 (image-net.org's download today) and fall 2011 (the paper's) each reach the
+  builder as --release; the plain name, which would silently mean fall 2011, is refused."""
+  env = {"MANUAL_DIR": "gs://bucket/i21k"}
+  for release in ("winter2021", "fall2011"):
+    result = sh("data.sh", f"imagenet21k/{release}", "--dry-run", env=env)
+    assert result.returncode == 0, result.stderr
+    job = remote(commands(result)[6])
+    assert (f"prep imagenet21k/{release} imagenet21k_{release} .venv/bin/python -m "
+            f"big_vision_relu.data.imagenet21k --release={release} --manual_dir=gs://bucket/i21k "
+            f"--data_dir={DATA_DIR} &") in job
+  for name, says in (("imagenet21k", "name the ImageNet-21k release"),
+                     ("imagenet21k:1.0.0", "name the ImageNet-21k release"),
+                     ("imagenet21k/spring2030", "releases are imagenet21k/winter2021 and")):
+    result = sh("data.sh", name, "--dry-run", env=env)
+    assert result.returncode == 2 and says in result.stderr, (name, result.stderr)
+    assert nothing_run(result)
+
+
+def test_status_data_shows_the_data_vm(sh):
+  describe, show = commands(sh("status.sh", "--data", "--dry-run",
+                               env={"TPU_NAME": None, "TPU_TYPE": None}))
+  assert describe == ["gcloud", "compute", "instances", "describe", VM, *ZP,
+                      "--format=value(status)"]
+  assert show == vm_ssh(remote(show))
+  assert "~/logs/data.log" in remote(show)
+  assert_bash_syntax(remote(show))
+
+
 def test_data_manual_downloads_are_explained(sh):
-  result = sh("data.sh", "paper", "imagenet21k", "--dry-run", env={"PROJECT": None})
+  result = sh("data.sh", "paper", "imagenet21k/winter2021", "--dry-run", env={"PROJECT": None})
   assert result.returncode == 2
   error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
   assert len(error_lines) == 1
@@ -421,7 +454,7 @@ def test_data_manual_downloads_are_explained(sh):
       "missing: PROJECT IMAGENET2012_MANUAL_DIR CARS196_MANUAL_DIR MANUAL_DIR")
   assert "imagenet2012 is a manual download" in result.stderr
   assert "ILSVRC2012_img_train.tar" in result.stderr
-  assert "fall11_whole.tar" in result.stderr
+  assert "winter21_whole.tar.gz" in result.stderr and "fall11_whole.tar" in result.stderr
   assert "tensorflow/datasets#5053" in result.stderr and "cars_train.tgz" in result.stderr
   assert "python -m big_vision_relu.data.prepare --datasets=cars196" in result.stderr
   assert nothing_run(result)

@@ -62,6 +62,10 @@ if pos[:2] == ["compute", "instances"]:
     running.write_text("")
   elif pos[2] == "delete":
     running.unlink()
+  elif pos[2] == "describe":
+    if not running.exists():
+      sys.exit(f"ERROR: The resource '{{pos[3]}}' was not found")
+    print("RUNNING")
 if pos[:2] in (["compute", "ssh"], ["compute", "scp"]):
   vm = (pos[2] if pos[1] == "ssh" else pos[3].split(":", 1)[0])
   if not (root / vm / "RUNNING").exists():
@@ -304,7 +308,8 @@ def test_fake_sweep_starts_on_the_other_vms_when_one_fails(sh, cloud):
 
 # A fake venv on the data VM: pip and the write probe (`-c`) record and succeed (the probe fails
 # with FAKE_NO_WRITE); a build (`python -m MODULE`) logs its start and end
-# with TMPDIR and cwd, takes a second, and fails when FAKE_FAIL is in its arguments.
+# with TMPDIR and cwd, takes a second, and fails when FAKE_FAIL is in its arguments. With
+# FAKE_PROGRESS it takes 4 s, drawing a progress bar as TFDS's tqdm does (carriage returns).
 FAKE_VM_TOOL = '''#!/bin/bash
 echo "$(basename "$0") $*" >> "$HOME/calls.txt"
 case "$1" in
@@ -314,6 +319,14 @@ esac
 echo "start $(date +%s.%N) $TMPDIR $PWD $*" >> "$HOME/builds.txt"
 echo "building $*"
 sleep 1
+if [ -n "${FAKE_PROGRESS-}" ]; then
+  for i in 1 2 3; do
+    printf '\\rGenerating train examples...:  %d%%|#   | %d/300 [00:0%d<00:0%d, 100.00 examples/s]' \\
+      $((i * 33)) $((i * 100)) $i $((3 - i)) >&2
+    sleep 1
+  done
+  echo
+fi
 echo "end $(date +%s.%N) $*" >> "$HOME/builds.txt"
 if [ -n "${FAKE_FAIL-}" ] && [[ " $* " == *"$FAKE_FAIL"* ]]; then echo "boom: $FAKE_FAIL"; exit 3; fi
 '''
@@ -389,3 +402,37 @@ def test_fake_data_never_deletes_a_vm_it_did_not_create(sh, cloud):
   assert "already exists" in result.stderr
   assert [c[:3] for c in gcloud_calls(cloud)] == [["compute", "instances", "create"]]
   assert (cloud.root / VM / "RUNNING").exists()
+
+
+def test_fake_data_vm_reports_progress_to_data_log_and_status_shows_it(sh, cloud):
+  """A long build's progress bar (examples done, rate, ETA) reaches data.log every
+  DATA_PROGRESS_SECONDS while it runs; status.sh --data shows each dataset's newest line."""
+  home = install_fake_vm_venv(cloud)
+  env = {**cloud.env, "FAKE_PROGRESS": "1", "DATA_PROGRESS_SECONDS": "1",
+         "MANUAL_DIR": "gs://bucket/i21k"}
+  result = sh("data.sh", "imagenet21k/winter2021", "cifar100", path_prefix=cloud.bin, env=env)
+  assert result.returncode == 0, result.stderr
+  log = (home / "logs" / "data.log").read_text()
+  progress = [line for line in log.splitlines() if ": progress: " in line]
+  for name in ("imagenet21k_winter2021", "cifar100"):
+    mine = [line.split(": progress: ", 1)[1] for line in progress if f" {name}: " in line]
+    assert mine, log
+    for line in mine:  # one status of the bar, never the carriage-return history
+      assert line.startswith("Generating train examples...:") and line.endswith(
+          "100.00 examples/s]"), line
+  assert "/300 [" in progress[-1] and "<" in progress[-1]  # done / total [elapsed<ETA, rate]
+  assert f"data.sh: done, all in {DATA_DIR}" in result.stdout  # the progress loop was stopped
+
+  # status.sh --data on a data VM that is still there: the newest line of each dataset.
+  (cloud.root / VM / "RUNNING").write_text("")
+  status = sh("status.sh", "--data", path_prefix=cloud.bin, env={**cloud.env, "TPU_NAME": None})
+  assert status.returncode == 0, status.stderr
+  shown = status.stdout.splitlines()
+  assert shown[0] == "RUNNING"
+  assert len(shown) == 4, shown
+  assert sorted(line.split(" ", 2)[2] for line in shown[1:3]) == [  # started in either order
+      "cifar100: ready", "imagenet21k/winter2021: ready"]
+  assert shown[3] == f"== data.sh: done, all in {DATA_DIR}"
+  (cloud.root / VM / "RUNNING").unlink()
+  gone = sh("status.sh", "--data", path_prefix=cloud.bin, env=cloud.env)
+  assert gone.returncode == 1 and "no data VM relu-vit-data" in gone.stderr

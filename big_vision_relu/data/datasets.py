@@ -45,8 +45,9 @@ def _build_command(name: str, data_dir: str) -> str:
   if base_name in manual_sources.SOURCES:
     return manual_sources.prepare_command(name, data_dir)
   if base_name in _OWN_BUILD_COMMANDS:
-    release = name.split(":")[0].partition("/")[2]  # imagenet21k/winter2021 -> winter2021
-    flag = f" --release={release}" if base_name == "imagenet21k" and release else ""
+    # imagenet21k/winter2021 -> winter2021; plain imagenet21k is TFDS's default config, fall2011.
+    release = name.split(":")[0].partition("/")[2] or "fall2011"
+    flag = f" --release={release}" if base_name == "imagenet21k" else ""
     return f"{_OWN_BUILD_COMMANDS[base_name]}{flag} --data_dir={data_dir}"
   # Not `tfds build`: TFDS 4.9's CLI does not start without apache_beam.
   return f"python -m big_vision_relu.data.prepare --download --datasets={name} --data_dir={data_dir}"

@@ -22,7 +22,8 @@
 #
 # data.sh runs on a CPU VM of its own (never on the TPU): DATA_VM (default relu-vit-data),
 # DATA_MACHINE_TYPE (default n2-standard-32), DATA_DISK_GB (default 2000), DATA_MAX_HOURS
-# (default 72), DATA_SERVICE_ACCOUNT (default: the project's Compute Engine default account).
+# (default 72), DATA_SERVICE_ACCOUNT (default: the project's Compute Engine default account),
+# DATA_PROGRESS_SECONDS (default 600: how often data.log gets each build's progress).
 #
 # Layout on the workers: the code in ~/big_vision_relu (venv in ~/big_vision_relu/.venv),
 # logs in ~/logs/NAME.log, sweep loop scripts in ~/sweeps/. In the bucket: datasets in
@@ -62,7 +63,7 @@ declare -A VAR_HELP=(
   [ZONE]="zone of the TPU VM (v3: europe-west4-a, us-central1-a; v4: us-central2-b)|europe-west4-a"
   [BUCKET]="GCS bucket for datasets and runs, ideally in the TPU's region|my-bucket"
   [TPU_TYPE]="accelerator type: v3-32 is a pod slice of 4 hosts, v3-8 a single host|v3-32"
-  [MANUAL_DIR]="imagenet21k is a manual download (fall11_whole.tar from image-net.org, after accepting its terms); this is the directory (gs://... or on worker 0) of its unpacked per-synset tars n*.tar (tar xf fall11_whole.tar -C DIR)|gs://my-bucket/imagenet21k_tars"
+  [MANUAL_DIR]="imagenet21k is a manual download (image-net.org, after accepting its terms: winter21_whole.tar.gz today, or the paper's fall11_whole.tar if you have it); this is the directory (gs://...) of the release's unpacked per-synset tars n*.tar (tar xzf winter21_whole.tar.gz, or tar xf fall11_whole.tar -C DIR), one release per directory|gs://my-bucket/imagenet21k_winter2021_tars"
   [IMAGENET2012_MANUAL_DIR]="imagenet2012 is a manual download too (image-net.org, after accepting its terms; TFDS cannot fetch it); this is the directory (gs://... or on worker 0) holding ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar|gs://my-bucket/imagenet2012_tars"
   [CARS196_MANUAL_DIR]="cars196's download is gone (tensorflow/datasets#5053); this is the directory (gs://...) holding car_devkit.tgz cars_train.tgz cars_test.tgz cars_test_annos_withlabels.mat, checked by sha256 (where to get them: python -m big_vision_relu.data.prepare --datasets=cars196)|gs://my-bucket/cars196_files"
 )
@@ -171,7 +172,7 @@ validate_var() {  # validate_var NAME: a clear error now rather than a confusing
     DATA_VM)
       [[ ${value} =~ ^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$ ]] ||
         die "DATA_VM='${value}': use lowercase letters, digits and hyphens, starting with a letter" ;;
-    DATA_DISK_GB|DATA_MAX_HOURS)
+    DATA_DISK_GB|DATA_MAX_HOURS|DATA_PROGRESS_SECONDS)
       [[ ${value} =~ ^[1-9][0-9]*$ ]] || die "$1='${value}' is not a whole number" ;;
     DATA_MACHINE_TYPE)
       [[ ${value} =~ ^[a-z][a-z0-9]*-[a-z0-9-]+$ ]] ||
