@@ -25,10 +25,14 @@ FEWSHOT = ("caltech_birds2011", "caltech101", "cars196", "cifar100", "dtd", "col
 # .../compute/instances/delete, .../compute/ssh, .../compute/scp): the command words,
 # positional count, then each flag and whether it takes a value (--flag=VALUE) or not (a bare
 # switch). Global flags: --project, --quiet, --format.
+# Flags both create commands take (the ones create.sh's header documents for `--`).
+CREATE_FLAGS = {"--reserved": False, "--network": True, "--subnetwork": True,
+                "--service-account": True, "--scopes": True, "--internal-ips": False,
+                "--tags": True, "--labels": True}
 GCLOUD_SYNTAX = {
     ("compute", "tpus", "tpu-vm", "create"): (1, {
         "--zone": True, "--accelerator-type": True, "--version": True, "--spot": False,
-        "--preemptible": False}),
+        "--preemptible": False, **CREATE_FLAGS}),
     ("compute", "tpus", "tpu-vm", "delete"): (1, {"--zone": True, "--async": False}),
     ("compute", "tpus", "tpu-vm", "describe"): (1, {"--zone": True}),
     ("compute", "tpus", "tpu-vm", "list"): (0, {"--zone": True, "--filter": True}),
@@ -38,10 +42,16 @@ GCLOUD_SYNTAX = {
                                                "--recurse": False}),
     ("compute", "tpus", "queued-resources", "create"): (1, {
         "--zone": True, "--node-id": True, "--accelerator-type": True,
-        "--runtime-version": True, "--spot": False, "--best-effort": False}),
+        "--runtime-version": True, "--spot": False, "--guaranteed": False,
+        "--valid-until-duration": True, **CREATE_FLAGS}),
+    ("alpha", "compute", "tpus", "queued-resources", "create"): (1, {
+        "--zone": True, "--node-id": True, "--accelerator-type": True,
+        "--runtime-version": True, "--spot": False, "--reservation": True, **CREATE_FLAGS}),
     ("compute", "tpus", "queued-resources", "delete"): (1, {"--zone": True, "--force": False,
                                                             "--async": False}),
     ("compute", "tpus", "queued-resources", "describe"): (1, {"--zone": True}),
+    ("storage", "cat"): (1, {}),
+    ("storage", "ls"): (1, {}),
     ("compute", "instances", "create"): (1, {
         "--zone": True, "--machine-type": True, "--boot-disk-size": True,
         "--boot-disk-type": True, "--image-family": True, "--image-project": True,
@@ -151,6 +161,10 @@ def test_help_needs_no_configuration(sh, script):
 # ------------------------------------------------------------------------------------------------
 # Dry runs: the exact commands.
 
+QUEUED_DESCRIBE = ["gcloud", "compute", "tpus", "queued-resources", "describe", "relu-test", *ZP,
+                   "--format=value(state.state)"]
+
+
 def test_create(sh):
   result = sh("create.sh", "--dry-run")
   assert result.returncode == 0, result.stderr
@@ -167,7 +181,43 @@ def test_create(sh):
   assert commands(queued) == [[
       "gcloud", "compute", "tpus", "queued-resources", "create", "relu-test",
       "--node-id=relu-test", "--accelerator-type=v3-32", "--runtime-version=tpu-ubuntu2204-base",
-      *ZP, "--spot"]]
+      *ZP, "--spot"], QUEUED_DESCRIBE]
+
+
+def test_create_passes_gcloud_flags_and_waits_for_a_queued_resource(sh):
+  """Flags after `--` reach the create command unchanged (documented ones: a reservation, a
+  network, a subnetwork, a service account); QUEUED=1 then polls the queued resource's state."""
+  extra = ["--reserved", "--network=ml-net", "--subnetwork=ml-sub",
+           "--service-account=sa@proj.iam.gserviceaccount.com", "--scopes=cloud-platform"]
+  [plain] = commands(sh("create.sh", "--dry-run", "--", *extra, env={"TPU_TYPE": "v6e-16"}))
+  assert plain == ["gcloud", "compute", "tpus", "tpu-vm", "create", "relu-test", *ZP,
+                   "--accelerator-type=v6e-16", "--version=v2-alpha-tpuv6e", *extra]
+  queued = sh("create.sh", "--dry-run", "--", "--reserved",
+              env={"QUEUED": "1", "TPU_TYPE": "v5litepod-16", "QUEUED_POLL_SECONDS": "10"})
+  create, describe = commands(queued)
+  assert create[-1] == "--reserved" and create[:5] == ["gcloud", "compute", "tpus",
+                                                       "queued-resources", "create"]
+  assert describe == ["gcloud", "compute", "tpus", "queued-resources", "describe", "relu-test",
+                      *ZP, "--format=value(state.state)"]
+  assert "repeated every 10 s until ACTIVE, for 120 min at most" in queued.stdout
+  alpha = commands(sh("create.sh", "--dry-run", "--", "--reservation=my-res",
+                      env={"QUEUED": "1", "GCLOUD_TPU_TRACK": "alpha"}))
+  assert alpha[0][:2] == ["gcloud", "alpha"] and alpha[0][-1] == "--reservation=my-res"
+  assert commands(sh("create.sh", "--dry-run", "--wait-only", env={"QUEUED": "1"})) == [describe[:5] + [
+      "relu-test", *ZP, "--format=value(state.state)"]]
+  for args, env in ((["--", "reserved"], {}), (["--wait-only"], {}),
+                    ([], {"GCLOUD_TPU_TRACK": "gamma"}), ([], {"QUEUED_POLL_SECONDS": "0"})):
+    result = sh("create.sh", "--dry-run", *args, env=env)
+    assert result.returncode != 0 and result.stderr.startswith("error: "), (args, env)
+    assert nothing_run(result)
+
+
+def test_exit_statuses_are_the_trainers():
+  """The statuses sweep.sh retries are the trainer's own constants."""
+  from big_vision_relu import multihost, preemption
+  common = (TPU_DIR / "common.sh").read_text()
+  assert f"\nPEER_LOST={multihost.PEER_LOST_EXIT_CODE}\n" in common
+  assert f"\nPREEMPTED={preemption.PREEMPTED_EXIT_CODE}\n" in common
 
 
 # (TPU_TYPE, hosts, TensorCores, runtime): cloud.google.com/tpu/docs (system architecture
@@ -188,7 +238,7 @@ def test_create_picks_the_generations_runtime(sh, tpu_type, hosts, cores, runtim
   for queued in ("0", "1"):
     result = sh("create.sh", "--dry-run", env={"TPU_TYPE": tpu_type, "QUEUED": queued})
     assert result.returncode == 0, result.stderr
-    [argv] = commands(result)
+    argv = commands(result)[0]  # (QUEUED=1: then the wait for ACTIVE)
     flag = "--runtime-version" if queued == "1" else "--version"
     assert f"{flag}={runtime}" in argv and f"--accelerator-type={tpu_type}" in argv
     assert (f"# {tpu_type}: {hosts} host(s), {cores} TensorCores (core hours = TensorCores x "
@@ -219,7 +269,7 @@ def test_recreate_deletes_then_creates(sh):
        "--quiet"],
       ["gcloud", "compute", "tpus", "queued-resources", "create", "relu-test",
        "--node-id=relu-test", "--accelerator-type=v3-32",
-       "--runtime-version=tpu-ubuntu2204-base", *ZP, "--spot"]]
+       "--runtime-version=tpu-ubuntu2204-base", *ZP, "--spot"], QUEUED_DESCRIBE]
   for argv in commands(plain) + commands(queued):
     check_gcloud_syntax(argv)
 
@@ -473,9 +523,15 @@ def test_status_logs_stop(sh):
                        *ZP]
   assert "tail -n 9" in remote(queued[3])
 
+  describe = ["gcloud", "compute", "tpus", "tpu-vm", "describe", "relu-test", *ZP,
+              "--format=value(state)"]
   assert commands(sh("logs.sh", "fig1", "--worker", "1", "--lines=7", "--dry-run")) == [
-      ssh("relu-test", "1", "tail -n 7 -F ~/logs/fig1.log")]
-  [newest] = commands(sh("logs.sh", "--dry-run"))
+      describe, ssh("relu-test", "1", "tail -n 7 -F ~/logs/fig1.log")]
+  assert commands(sh("logs.sh", "fig1", "--worker=1", "--bucket", "--dry-run")) == [
+      ["gcloud", "storage", "cat", "gs://bucket/logs/relu-test/worker1/fig1.log"]]
+  assert commands(sh("logs.sh", "--bucket", "--dry-run")) == [
+      ["gcloud", "storage", "ls", "gs://bucket/logs/relu-test/worker0/"]]
+  _, newest = commands(sh("logs.sh", "--dry-run"))
   assert newest == ssh("relu-test", "0", remote(newest))
   assert "ls -t ~/logs/*.log" in remote(newest)
 

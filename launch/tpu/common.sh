@@ -172,8 +172,10 @@ validate_var() {  # validate_var NAME: a clear error now rather than a confusing
     DATA_VM)
       [[ ${value} =~ ^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$ ]] ||
         die "DATA_VM='${value}': use lowercase letters, digits and hyphens, starting with a letter" ;;
-    DATA_DISK_GB|DATA_MAX_HOURS|DATA_PROGRESS_SECONDS)
-      [[ ${value} =~ ^[1-9][0-9]*$ ]] || die "$1='${value}' is not a whole number" ;;
+    DATA_DISK_GB|DATA_MAX_HOURS|DATA_PROGRESS_SECONDS|SWEEP_MAX_ATTEMPTS|LOG_SYNC_SECONDS|QUEUED_POLL_SECONDS)
+      [[ ${value} =~ ^[1-9][0-9]*$ ]] || die "$1='${value}' is not a whole number >= 1" ;;
+    SWEEP_RETRY_SECONDS|QUEUED_TIMEOUT_MINUTES)
+      [[ ${value} =~ ^[0-9]+$ ]] || die "$1='${value}' is not a whole number" ;;
     DATA_MACHINE_TYPE)
       [[ ${value} =~ ^[a-z][a-z0-9]*-[a-z0-9-]+$ ]] ||
         die "DATA_MACHINE_TYPE='${value}' is not a machine type (e.g. n2-standard-32)" ;;
@@ -228,6 +230,32 @@ tpu_ssh() {  # tpu_ssh WORKER COMMAND: runs COMMAND (one shell line) on worker W
 tpu_scp() {  # tpu_scp LOCAL_FILE REMOTE_PATH WORKER: copies to the home dir of the worker(s)
   run_cmd gcloud compute tpus tpu-vm scp "$1" "${VM:-${TPU_NAME}}:$2" "--worker=$3" \
     "--zone=${ZONE}" "--project=${PROJECT}"
+}
+
+# The trainer's exit statuses that mean "re-run to resume" (big_vision_relu/train.py's docstring;
+# tests/test_launch_tpu.py checks them against the Python constants): a lost peer
+# (multihost.PEER_LOST_EXIT_CODE) and a preemption notice, saved, not finished
+# (preemption.PREEMPTED_EXIT_CODE).
+# shellcheck disable=SC2034  # used by sweep.sh
+PEER_LOST=75
+# shellcheck disable=SC2034
+PREEMPTED=79
+
+# Worker logs are copied to gs://$BUCKET/logs/<TPU VM>/worker<N>/<name>.log every
+# LOG_SYNC_SECONDS (default 60) while their job runs, and once more when it ends, so that they
+# outlive a preempted VM (logs.sh reads them there once the VM is gone).
+LOG_SYNC_SECONDS="${LOG_SYNC_SECONDS:-60}"
+gcs_logs_dir() { printf 'gs://%s/logs/%s\n' "${BUCKET}" "${VM:-${TPU_NAME}}"; }
+
+# log_sync NAME: remote shell words that start, on each worker, a background copier of
+# ~/logs/NAME.log for the job whose pid is in $! (call it right after starting the job with &).
+# The worker number comes from the VM's metadata server (agent-worker-number), else hostname.
+# shellcheck disable=SC2016  # expanded by the workers' bash -c
+LOG_SYNC_LOOP='w=$(curl -sf -m 5 -H Metadata-Flavor:Google http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number || hostname); while :; do gcloud storage cp --quiet "$HOME/logs/$1.log" "$2/worker$w/$1.log" > /dev/null 2>&1; kill -0 "$3" 2> /dev/null || break; sleep "$4"; done'
+log_sync() {
+  printf 'job=$!; nohup bash -c %s log-sync %s %s "$job" %s > /dev/null 2>&1 < /dev/null & ' \
+    "$(shell_quote "${LOG_SYNC_LOOP}")" "$(shell_quote "$1")" "$(gcs_logs_dir)" \
+    "${LOG_SYNC_SECONDS}"
 }
 
 # What runs on the workers, as `pgrep -f` patterns: a trainer, and a sweep loop script. They
