@@ -17,7 +17,8 @@ Only process 0 writes metrics and config.json; all processes take part in checkp
 process dies, the others exit with status 75 and one line naming the checkpoint to resume from
 (a multi-process run trains in a forked child, watched by the process started: multihost.py).
 
-The workdir gets config.json, checkpoints/ (orbax), metrics.jsonl and TensorBoard events.
+The workdir gets config.json, data_dir.json (the TFDS data dir it read), checkpoints/ (orbax),
+metrics.jsonl and TensorBoard events.
 """
 from __future__ import annotations
 
@@ -88,6 +89,8 @@ def _train(run: run_lib.Setup, workdir: str, config_json: str,
   workdir_path = epath.Path(workdir)
   workdir_config.use_config(workdir_path, config_json, allow_change=allow_config_change,
                             write=jax.process_index() == 0)
+  if jax.process_index() == 0:  # where the notebook finds the data (TFDS_DATA_DIR on a VM)
+    workdir_config.record_data_dir(workdir_path)
   ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints", save_interval_steps=steps["ckpt"],
                                keep_last=config.keep_last_ckpts,
                                keep_every_steps=config.keep_ckpt_steps)
