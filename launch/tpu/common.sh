@@ -10,7 +10,7 @@
 #   PROJECT      Google Cloud project id
 #   ZONE         zone of the TPU VM, e.g. europe-west4-a
 #   BUCKET       GCS bucket for datasets and runs, `my-bucket` or `gs://my-bucket`
-#   TPU_TYPE     accelerator type, e.g. v3-32 (4 hosts) or v3-8 (1 host)
+#   TPU_TYPE     accelerator type, e.g. v6e-16 (4 hosts), v6e-8 (1 host), v5litepod-16, v3-32
 #   TPU_VERSION  TPU software (runtime) version (default: RUNTIME_VERSION's entry for the
 #                TPU_TYPE's generation, below)
 #   QUEUED=1     create / delete / describe through a queued resource (default: a plain TPU VM)
@@ -60,9 +60,9 @@ BUCKET="${BUCKET%/}"
 declare -A VAR_HELP=(
   [TPU_NAME]="name of the TPU VM (with QUEUED=1 also the queued resource's name)|relu-vit"
   [PROJECT]="Google Cloud project id|my-project"
-  [ZONE]="zone of the TPU VM (v3: europe-west4-a, us-central1-a; v4: us-central2-b)|europe-west4-a"
+  [ZONE]="zone of the TPU VM, one that offers TPU_TYPE (cloud.google.com/tpu/docs/regions-zones)|europe-west4-a"
   [BUCKET]="GCS bucket for datasets and runs, ideally in the TPU's region|my-bucket"
-  [TPU_TYPE]="accelerator type: v3-32 is a pod slice of 4 hosts, v3-8 a single host|v3-32"
+  [TPU_TYPE]="accelerator type: v6e-16 is a pod slice of 4 hosts (16 chips), v6e-8 a single host; v5litepod-N, v5p-N, v4-N, v3-N too|v6e-16"
   [MANUAL_DIR]="imagenet21k is a manual download (image-net.org, after accepting its terms: winter21_whole.tar.gz today, or the paper's fall11_whole.tar if you have it); this is the directory (gs://...) of the release's unpacked per-synset tars n*.tar (tar xzf winter21_whole.tar.gz, or tar xf fall11_whole.tar -C DIR), one release per directory|gs://my-bucket/imagenet21k_winter2021_tars"
   [IMAGENET2012_MANUAL_DIR]="imagenet2012 is a manual download too (image-net.org, after accepting its terms; TFDS cannot fetch it); this is the directory (gs://... or on worker 0) holding ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar|gs://my-bucket/imagenet2012_tars"
   [CARS196_MANUAL_DIR]="cars196's download is gone (tensorflow/datasets#5053); this is the directory (gs://...) holding car_devkit.tgz cars_train.tgz cars_test.tgz cars_test_annos_withlabels.mat, checked by sha256 (where to get them: python -m big_vision_relu.data.prepare --datasets=cars196)|gs://my-bucket/cars196_files"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Creates the TPU VM (a pod slice: v3-32 = 4 hosts with 8 TPU cores each).
+# Creates the TPU VM (a pod slice: v6e-16 = 4 hosts with 4 chips each; v3-32 = 4 hosts with 8
+# TensorCores).
 #
-#   TPU_NAME=relu-vit PROJECT=my-project ZONE=europe-west4-a TPU_TYPE=v3-32 \
+#   TPU_NAME=relu-vit PROJECT=my-project ZONE=europe-west4-a TPU_TYPE=v6e-16 \
 #     bash launch/tpu/create.sh [--dry-run]
 #
 # Runs: gcloud compute tpus tpu-vm create $TPU_NAME --zone=$ZONE --project=$PROJECT
