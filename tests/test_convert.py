@@ -151,7 +151,8 @@ def test_a_count_mismatch_stops_before_dataset_info_changes(built, tmp_path):
   train = next(s for s in info["splits"] if s["name"] == "train")
   train["shardLengths"][2] = str(int(train["shardLengths"][2]) + 1)
   info_path.write_text(json.dumps(info))
-  with pytest.raises(convert.ConversionError, match=r"train: .*-train\.tfrecord-00002-of-00004 has"):
+  with pytest.raises(convert.ConversionError,
+                     match=r"train: .*-train\.tfrecord-00002-of-00004 has"):
     convert.convert([NAME], str(data_dir), workers=1)
   assert json.loads(info_path.read_text()) == info
   assert not list(version_dir.glob("*-train.array_record-00002-of-00004"))

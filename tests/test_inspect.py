@@ -160,8 +160,9 @@ def _stand_in_colab(tmp_path) -> tuple[str, pathlib.Path]:
   (package / "__init__.py").write_text("")
   (package / "auth.py").write_text(COLAB_AUTH)
   (package / "output.py").write_text("")  # jax's Colab debugger imports it on import
-  return (f"import sys\nsys.path.insert(0, {str(tmp_path / 'colab_stand_in')!r})\n"
-          "import google.colab  # Colab's kernel has it imported", package / "authenticate_user.calls")
+  first_cell = (f"import sys\nsys.path.insert(0, {str(tmp_path / 'colab_stand_in')!r})\n"
+                "import google.colab  # Colab's kernel has it imported")
+  return first_cell, package / "authenticate_user.calls"
 
 
 def _execute_notebook(path, parameters: dict, cwd, timeout: int, first_cell: str | None = None):

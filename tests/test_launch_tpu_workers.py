@@ -135,7 +135,10 @@ if [ -n "${FAKE_TRAIN_FAIL-}" ] && [[ " $* " == *"$FAKE_TRAIN_FAIL"* ]]; then ex
 if [ -n "${FAKE_TRAIN_RESUME-}" ] && [[ " $* " == *"$FAKE_TRAIN_RESUME"* ]]; then
   n=$(( $(cat "$HOME/resume_count" 2> /dev/null || echo 0) + 1 ))
   echo "$n" > "$HOME/resume_count"
-  if (( n <= FAKE_TRAIN_RESUME_TIMES )); then echo "saved, not finished"; exit "$FAKE_TRAIN_RESUME_RC"; fi
+  if (( n <= FAKE_TRAIN_RESUME_TIMES )); then
+    echo "saved, not finished"
+    exit "$FAKE_TRAIN_RESUME_RC"
+  fi
 fi
 echo "trained $*"
 '''
