@@ -202,8 +202,13 @@ def convert(datasets: Sequence[str], data_dir: epath.PathLike,
   reporter.start()
   try:
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-      for future in [pool.submit(convert_shard, shard, done, i) for i, shard in enumerate(todo)]:
-        future.result()  # the first failure stops here (the others finish their shard)
+      futures = [pool.submit(convert_shard, shard, done, i) for i, shard in enumerate(todo)]
+      try:
+        for future in futures:
+          future.result()
+      except BaseException:  # the first failure: no new shard starts, running ones finish
+        pool.shutdown(cancel_futures=True)
+        raise
   finally:
     finished.set()
     reporter.join()
