@@ -59,8 +59,9 @@ def test_chunked_equals_dense_outputs_and_grads(activation):
     for alpha in ALPHAS:
       kw = dict(activation=activation, seqlen_alpha=alpha)
       dense = lambda q, k, v, kw=kw: attn.dot_product_attention(q, k, v, **kw)  # noqa: E731
-      chunked = lambda q, k, v, kw=kw: blockwise.chunked_pointwise_attention(  # noqa: E731
-          q, k, v, block_size=4, **kw)  # 13 queries -> 4 blocks of 4; 11 keys -> 3 of 4
+      # 13 queries -> 4 blocks of 4; 11 keys -> 3 of 4
+      chunked = functools.partial(blockwise.chunked_pointwise_attention,
+                                  AttentionOptions(impl="chunked", block_size=4, **kw))
       results.append((outputs_and_grads(chunked, q, k, v, d_out),
                       outputs_and_grads(dense, q, k, v, d_out)))
     return results
@@ -72,8 +73,8 @@ def test_chunked_equals_dense_outputs_and_grads(activation):
 def test_chunked_keeps_batch_dims_dtype_and_blocks_within_block_size():
   q, k, v, _ = qkv(lq=9, lk=9)
   q, k, v = (x.reshape(1, 2, 9, 2, 4).astype(jnp.bfloat16) for x in (q, k, v))
-  out = jit(blockwise.chunked_pointwise_attention, static_argnames="block_size")(
-      q, k, v, block_size=4)
+  out = jit(functools.partial(blockwise.chunked_pointwise_attention, AttentionOptions(
+      activation="relu", impl="chunked", block_size=4)))(q, k, v)
   assert out.shape == (1, 2, 9, 2, 4) and out.dtype == jnp.bfloat16
   dense = attn.dot_product_attention(q, k, v)
   np.testing.assert_allclose(out.astype(np.float32), dense.astype(np.float32), atol=2e-2)
@@ -92,8 +93,9 @@ def test_seq_parallel_equals_dense_on_8_devices():
     results = []
     for activation, alpha in (("relu", 1.0), ("gelu", 2.0)):
       kw = dict(activation=activation, seqlen_alpha=alpha)
-      ring = lambda q, k, v, kw=kw: blockwise.seq_parallel_pointwise_attention(  # noqa: E731
-          q, k, v, mesh=mesh, block_size=3, **kw)  # 4 local tokens -> 2 blocks of 2
+      # 4 local tokens -> 2 blocks of 2
+      ring = functools.partial(blockwise.seq_parallel_pointwise_attention, AttentionOptions(
+          impl="seq_parallel", mesh=mesh, block_size=3, **kw))
       dense = lambda q, k, v, kw=kw: attn.dot_product_attention(q, k, v, **kw)  # noqa: E731
       results.append((outputs_and_grads(ring, q, k, v, d_out),
                       outputs_and_grads(dense, q, k, v, d_out)))
@@ -105,11 +107,14 @@ def test_seq_parallel_equals_dense_on_8_devices():
 
 def test_seq_parallel_uses_the_context_mesh_and_needs_the_axis():
   q, k, v, _ = qkv(lq=8, lk=8)
+  ring = functools.partial(blockwise.seq_parallel_pointwise_attention,
+                           AttentionOptions(activation="relu", impl="seq_parallel"))
   with jax.set_mesh(sharding.make_mesh(MESH_AXES)):
-    out = jit(blockwise.seq_parallel_pointwise_attention)(q, k, v)
+    out = jit(ring)(q, k, v)
   assert_close(out, attn.dot_product_attention(q, k, v))
-  with pytest.raises(ValueError, match="no sequence axis seq_axis='seq'"):
-    blockwise.seq_parallel_pointwise_attention(q, k, v, mesh=sharding.make_mesh([("data", -1)]))
+  with jax.set_mesh(sharding.make_mesh([("data", -1)])), pytest.raises(
+      ValueError, match="no sequence axis seq_axis='seq'"):
+    ring(q, k, v)
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -127,7 +132,11 @@ def test_bad_impl_configs_raise(kw, match):
 def test_blockwise_paths_reject_masks_and_sown_weights():
   q, k, v, _ = qkv()
   with pytest.raises(ValueError, match="takes no mask"):
-    blockwise.chunked_pointwise_attention(q, k, v, mask=jnp.ones((13, 11), bool))
+    blockwise.chunked_pointwise_attention(AttentionOptions(activation="relu", impl="chunked"),
+                                          q, k, v, mask=jnp.ones((13, 11), bool))
+  with pytest.raises(ValueError, match=r"needs AttentionOptions\(impl='chunked', ...\), got "
+                     "impl='dense'"):
+    blockwise.chunked_pointwise_attention(AttentionOptions(activation="relu"), q, k, v)
   module = MultiHeadDotProductAttention(
       num_heads=2, options=AttentionOptions(activation="relu", impl="chunked"))
   with pytest.raises(ValueError, match="sow_weights=True needs impl='dense'"):
