@@ -20,6 +20,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from big_vision_relu import losses
+from big_vision_relu.data import holdout
 
 DURATION_UNITS = ("steps", "epochs", "examples", "percent")
 TOTAL_KEYS = ("total_steps", "total_epochs", "total_examples")  # the run's length: one of them
@@ -302,6 +303,8 @@ DATA_SCHEMA: Schema = {
     "split": Key(None, check_that("a TFDS split, e.g. 'train'", lambda v: isinstance(v, str),
                                   required=True)),
     "data_dir": Key(None),  # None: TFDS's default (datasets.get_builder)
+    # None: the whole split; or a stratified part of it (a validation split: data/holdout.py).
+    "holdout": Key(None, holdout.check_spec),
 }
 
 INPUT_SCHEMA: Schema = {

@@ -16,12 +16,13 @@ import tensorflow_datasets as tfds
 
 from big_vision_relu.data import builders
 from big_vision_relu.data import fashion_mnist
+from big_vision_relu.data import holdout
 from big_vision_relu.data import imagenet21k  # noqa: F401  (registers the builder)
 from big_vision_relu.data import manual_sources
 
 # The pipelines read records by number, which TFDS supports for this format only.
 RANDOM_ACCESS_FORMAT = tfds.core.file_adapters.FileFormat.ARRAY_RECORD
-DATA_KEYS = frozenset({"name", "split", "data_dir"})
+DATA_KEYS = frozenset({"name", "split", "data_dir", "holdout"})
 
 
 class DatasetNotPreparedError(FileNotFoundError):
@@ -148,20 +149,29 @@ def check_prepared(names: Sequence[tuple[str, str | None]]) -> None:
         "prepared; prepare them all, then run again:\n" + "\n".join(problems))
 
 
-def check_data_spec(data: Mapping[str, str]) -> None:
-  """Raises ValueError unless `data` is {name, split[, data_dir]} (the config's `input.data`)."""
+def check_data_spec(data: Mapping[str, Any]) -> None:
+  """Raises ValueError unless `data` is {name, split[, data_dir][, holdout]} (the config's
+  `input.data`; holdout: data/holdout.py)."""
   unknown = set(data) - DATA_KEYS
   missing = {"name", "split"} - set(data)
   if unknown or missing:
     raise ValueError(f"data spec {dict(data)} must have keys name, split and optionally "
-                     f"data_dir; unknown: {sorted(unknown)}, missing: {sorted(missing)}")
+                     f"data_dir, holdout; unknown: {sorted(unknown)}, missing: {sorted(missing)}")
+  holdout.check_spec("data.holdout", data.get("holdout"))
 
 
-def num_examples(data: Mapping[str, str]) -> int:
-  """Number of examples in `data['split']` (TFDS split syntax, e.g. 'train[:99%]')."""
+def num_examples(data: Mapping[str, Any]) -> int:
+  """Number of examples in `data['split']` (TFDS split syntax, e.g. 'train[:99%]'), or in its
+  `holdout` part."""
   check_data_spec(data)
   builder = get_builder(data["name"], data.get("data_dir"))
-  return builder.info.splits[data["split"]].num_examples
+  return holdout.part_size(builder.info.splits[data["split"]].num_examples, data.get("holdout"))
+
+
+def label_key(builder: tfds.core.DatasetBuilder) -> str:
+  """The feature holding a dataset's class label: its supervised label, else 'label'."""
+  keys = builder.info.supervised_keys
+  return keys[1] if keys and isinstance(keys[1], str) else "label"
 
 
 def raw_record_source(builder: tfds.core.DatasetBuilder, split: str) -> Sequence[bytes]:

@@ -58,8 +58,10 @@ Host batches become `jax.Array`s sharded on the leading (batch) axis over the me
 axis, via `jax.make_array_from_process_local_data`.
 """
 import atexit
+import functools
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -67,6 +69,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from big_vision_relu.data import datasets
+from big_vision_relu.data import holdout
 from big_vision_relu.data import pp as pp_lib
 
 MASK_KEY = "_mask"
@@ -121,8 +124,41 @@ def _check_process(process_index: int, process_count: int) -> None:
     raise ValueError(f"process_index={process_index} is not in [0, {process_count})")
 
 
-def _open(data: Mapping[str, str]) -> tuple[Sequence[bytes], Callable[[tf.Tensor], dict]]:
-  """Returns (raw records of the split, deserializer: scalar tf.string -> feature dict)."""
+class _Records:
+  """The records `numbers` (ascending) of a random-access `source`, renumbered 0..k-1."""
+
+  def __init__(self, source: Sequence[bytes], numbers: np.ndarray):
+    self._source, self._numbers = source, numbers
+
+  def __len__(self) -> int:
+    return len(self._numbers)
+
+  def __getitems__(self, indices: Sequence[int]) -> Sequence[bytes]:
+    return self._source.__getitems__(self._numbers[np.asarray(indices, np.int64)].tolist())
+
+
+def _labels(source: Sequence[bytes], deserialize: Callable[[tf.Tensor], dict],
+            key: str) -> np.ndarray:
+  """The `key` feature of every record of `source`, in record order (int64 `[n]`)."""
+  ds = tf.data.Dataset.range(len(source)).batch(1024).map(lambda r: _fetch(source, r))
+  ds = ds.unbatch().map(lambda s: deserialize(s)[key], num_parallel_calls=tf.data.AUTOTUNE)
+  return np.concatenate(list(ds.batch(4096).as_numpy_iterator())).astype(np.int64)
+
+
+@functools.lru_cache(maxsize=8)
+def _holdout_numbers(name: str, split: str, data_dir: str | None, num_examples: int, seed: int,
+                     part: str) -> np.ndarray:
+  """Record numbers of a holdout part (data/holdout.py), from the split's labels (read once per
+  process: the trainer and its validation evaluator share them)."""
+  source, deserialize = _open(dict(name=name, split=split, data_dir=data_dir))
+  builder = datasets.get_builder(name, data_dir)
+  labels = _labels(source, deserialize, datasets.label_key(builder))
+  return holdout.records(labels, dict(num_examples=num_examples, seed=seed, part=part))
+
+
+def _open(data: Mapping[str, Any]) -> tuple[Sequence[bytes], Callable[[tf.Tensor], dict]]:
+  """Returns (raw records of the split, or of its holdout part; deserializer: scalar tf.string
+  -> feature dict)."""
   datasets.check_data_spec(data)
   builder = datasets.get_builder(data["name"], data.get("data_dir"))
   source = datasets.raw_record_source(builder, data["split"])
@@ -135,6 +171,10 @@ def _open(data: Mapping[str, str]) -> tuple[Sequence[bytes], Callable[[tf.Tensor
 
   def deserialize(serialized: tf.Tensor) -> dict:
     return features.deserialize_example(serialized, decoders=decoders)
+  if (spec := data.get("holdout")) is not None:
+    numbers = _holdout_numbers(data["name"], data["split"], data.get("data_dir"),
+                               spec["num_examples"], spec["seed"], spec["part"])
+    source = _Records(source, numbers)
   return source, deserialize
 
 

@@ -39,7 +39,9 @@ def forward_flops_per_image(model_kwargs: dict, image_size: int = 224, channels:
 def training_steps_and_flops(config: ml_collections.ConfigDict, image_size: int = 224,
                              channels: int = 3) -> tuple[int, int]:
   """(steps, matmul FLOPs of the whole training) of a training config on images of that shape."""
-  examples = recipes.TRAIN_SPLIT_SIZES[(config.input.data.name, config.input.data.split)]
+  examples = recipes.train_split_size(config.input.data)
+  if examples is None:
+    raise ValueError(f"{config.input.data}: add its split size to recipes.TRAIN_SPLIT_SIZES.")
   steps = math.ceil(config.total_epochs * examples / config.input.batch_size - 1e-9)
   return steps, 3 * steps * config.input.batch_size * forward_flops_per_image(
       dict(config.model), image_size, channels, config.num_classes)

@@ -3,10 +3,12 @@ grid, and the `runlocal` shrink. (Config files are loaded by path, so they share
 here.) Each config sets its own optimizer, schedule and cadence: its whole recipe on one page."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
 
+from big_vision_relu.data import holdout
 from big_vision_relu.experiments.sweep import Grid
 
 # The paper's 8 few-shot transfer datasets (10-shot linear probe, 3 seeds), for the `fewshot`
@@ -48,6 +50,13 @@ TRAIN_SPLIT_SIZES = {
     ("mnist5k", "train"): 4_000,
     ("fashion_mnist_local", "train"): 60_000,
 }
+
+
+def train_split_size(data: Mapping[str, Any]) -> int | None:
+  """The examples a training `data` spec reads (its holdout part, if any) from
+  TRAIN_SPLIT_SIZES; None for a split not listed there."""
+  size = TRAIN_SPLIT_SIZES.get((data.get("name"), data.get("split")))
+  return None if size is None else holdout.part_size(size, data.get("holdout"))
 
 
 def i21k_train_pp(variant: str, num_classes: int, size: int = 224) -> str:

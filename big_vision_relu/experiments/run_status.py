@@ -107,7 +107,7 @@ def total_steps(config: Mapping[str, Any]) -> int | None:
   if config.get("total_steps") is not None:
     return int(config["total_steps"])
   data = config.get("input", {}).get("data", {})
-  size = recipes.TRAIN_SPLIT_SIZES.get((data.get("name"), data.get("split")))
+  size = recipes.train_split_size(data)
   batch_size = config.get("input", {}).get("batch_size")
   if not batch_size:
     return None
