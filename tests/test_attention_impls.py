@@ -17,7 +17,7 @@ from big_vision_relu import sharding
 from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 from big_vision_relu.models import attention as attn
-from big_vision_relu.models import blockwise, vit
+from big_vision_relu.models import blockwise, cudnn_attention, vit
 from big_vision_relu.models.attention import AttentionOptions
 from big_vision_relu.models.multihead import MultiHeadDotProductAttention
 
@@ -191,3 +191,24 @@ def test_trainer_runs_seq_parallel_from_config_mesh_alone(offline_data_dir, tmp_
   config.mesh = [("data", -1)]
   with pytest.raises(ValueError, match="lacks; use e.g. config.mesh="):
     run_lib.setup(config)
+
+
+def test_cudnn_impl_pads_odd_lengths_and_masks_them_by_sequence_lengths():
+  """attention_impl='cudnn' (softmax, a GPU only) pads odd lengths to even ones for cuDNN and
+  masks the padding by the true lengths: run here by XLA with the same padding and lengths, the
+  output and q/k/v gradients equal the dense softmax's, for self attention (13 tokens) and
+  cross attention (13 queries, 11 keys); an even length goes unpadded."""
+  q, k, v, d_out = qkv()
+  dense = functools.partial(attn.dot_product_attention, activation="softmax")
+  padded = functools.partial(cudnn_attention.padded_softmax, implementation="xla")
+  got, want = jit(lambda q, k, v, d_out: [
+      [outputs_and_grads(fn, q, k, v, d_out), outputs_and_grads(fn, q, q, q, d_out)]
+      for fn in (padded, dense)])(q, k, v, d_out)
+  assert_close(got, want)
+  even = jax.make_jaxpr(padded)(q[:, :12], k[:, :12], v[:, :12])
+  assert not any(eqn.primitive.name == "pad" for eqn in even.jaxpr.eqns)
+  with pytest.raises(ValueError, match="'cudnn' is cuDNN's softmax flash attention"):
+    vit.Model(3, variant="mu/8", attention="relu", attention_impl="cudnn").validate()
+  with pytest.raises(ValueError, match="attention_impl='cudnn' takes no mask"):
+    cudnn_attention.cudnn_softmax_attention(AttentionOptions(impl="cudnn"), q, k, v,
+                                            mask=jnp.ones((13, 11), bool))

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 from jax.experimental.pallas import tpu as pltpu
 from jax.extend import core as jax_core
 
@@ -39,10 +40,11 @@ on_gpu = pytest.mark.skipif(jax.default_backend() != "gpu", reason=(
     "tests/test_pallas_attention.py on a GPU machine)"))
 
 
-def pallas(activation="relu", alpha=1.0, block_size=None):
+def pallas(activation="relu", alpha=1.0, block_size=None, precision=None):
   """pallas_pointwise_attention(q, k, v) with these options."""
   return functools.partial(pallas_pointwise_attention, AttentionOptions(
-      activation=activation, seqlen_alpha=alpha, impl="pallas", block_size=block_size))
+      activation=activation, seqlen_alpha=alpha, impl="pallas", block_size=block_size,
+      precision=precision))
 
 
 def qkv_dout(lq, lk, d, dtype=jnp.float32, b=1, h=2, seed=0):
@@ -144,8 +146,8 @@ def tpu_kernels(activation, alpha, q, k, v, d_out, block_size=128):
 
 def test_tpu_kernels_in_tpu_interpret_mode_equal_float64_for_every_activation():
   """S/16's 197 tokens in TPU tiles of 128 (2 tiles, 59 rows past the array: NaN in the
-  interpreter until masked), two heads, float32, alphas 0, 1 and 1.5 in turn."""
-  q, k, v, d_out = qkv_dout(197, 197, 64)
+  interpreter until masked), float32, alphas 0, 1 and 1.5 in turn (two heads: the bf16 test)."""
+  q, k, v, d_out = qkv_dout(197, 197, 64, h=1)
   cases = [(a, ALPHAS[i % len(ALPHAS)]) for i, a in enumerate(attn.ACTIVATIONS)]
   results = jit(lambda *x: [tpu_kernels(a, alpha, *x) for a, alpha in cases])(q, k, v, d_out)
   for (activation, alpha), got in zip(cases, results, strict=True):
@@ -221,18 +223,18 @@ def _vit_loss_gradient(activation, dtype):
 
 def test_vit_loss_gradient_lowers_to_mosaic_kernels_for_a_tpu_and_triton_for_a_gpu():
   """Lowered for a TPU (on this CPU host), a ViT's loss gradient runs its attention as two
-  Mosaic kernels (forward, backward) for every activation, bf16 and float32 (the erfc of exact
-  gelu included); lowered for CUDA, as two Triton kernels; compiled here, as the Pallas
-  interpreter, with neither."""
-  for activation in attn.ACTIVATIONS:
-    for dtype in ("bfloat16", "float32"):
-      traced = _vit_loss_gradient(activation, dtype)
-      tpu = traced.lower(lowering_platforms=("tpu",)).as_text()
-      cuda = traced.lower(lowering_platforms=("cuda",)).as_text()
-      case = (activation, dtype)
-      assert len(re.findall(r"custom_call @tpu_custom_call", tpu)) == 2, case
-      assert len(re.findall(r"custom_call @__gpu\$xla\.gpu\.triton", cuda)) == 2, case
-      assert "triton" not in tpu and "tpu_custom_call" not in cuda, case
+  Mosaic kernels (forward, backward) for every activation in bf16 and for gelu (the erfc of
+  exact gelu) in float32 too; lowered for CUDA, as two Triton kernels; compiled here, as the
+  Pallas interpreter, with neither."""
+  cases = [(activation, "bfloat16") for activation in attn.ACTIVATIONS] + [("gelu", "float32")]
+  for activation, dtype in cases:
+    traced = _vit_loss_gradient(activation, dtype)
+    tpu = traced.lower(lowering_platforms=("tpu",)).as_text()
+    cuda = traced.lower(lowering_platforms=("cuda",)).as_text()
+    case = (activation, dtype)
+    assert len(re.findall(r"custom_call @tpu_custom_call", tpu)) == 2, case
+    assert len(re.findall(r"custom_call @__gpu\$xla\.gpu\.triton", cuda)) == 2, case
+    assert "triton" not in tpu and "tpu_custom_call" not in cuda, case
   cpu = traced.lower().as_text()
   assert "triton" not in cpu and "tpu_custom_call" not in cpu
 
@@ -307,6 +309,11 @@ def test_backward_kernels_do_five_products_per_tile_pair_and_no_transposes():
     (lambda q: pallas_pointwise_attention(AttentionOptions(activation="relu", impl="chunked"),
                                           q, q, q), r"needs AttentionOptions\(impl='pallas'"),
     (lambda q: pallas()(q, q, q[..., :4]), "values as wide as the queries"),
+    # 65536 queries x head dim 128: a 32 MiB float32 dq block, more than a TPU kernel's VMEM.
+    (lambda q: jax.eval_shape(functools.partial(pallas_tpu.backward, TileSpec(
+        AttentionOptions(activation="relu", impl="pallas"), 65536, 65536, np.dtype("float32"))),
+        *[jax.ShapeDtypeStruct((1, 65536, 1, 128), jnp.float32)] * 4),
+     "keeps one head's float32 dq in VMEM: 65536 queries x head dim 128 need 32 MiB"),
 ])
 def test_pallas_rejects_softmax_masks_and_bad_tiles(call, match):
   with pytest.raises(ValueError, match=match):
@@ -317,21 +324,45 @@ def test_pallas_rejects_softmax_masks_and_bad_tiles(call, match):
 @on_gpu
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_compiled_triton_kernels_equal_float64_on_a_gpu(dtype):
-  """Compiled on a GPU: every activation at S/16's and S/8's lengths (197, 785) and a cross
-  attention (5 x 300), head dims 64 and 128, within 1e-3 (float32: Triton's products may use
-  TF32-free f32 dots; the bound is what the interpreter's 1e-5 becomes on hardware) or 2e-2 (bf16)
-  of float64, and within 2x a naive bf16 dense attention's error."""
-  tol = 1e-3 if dtype == jnp.float32 else 2e-2
-  for lq, lk, head_dim in ((197, 197, 64), (785, 785, 64), (5, 300, 128)):
+  """Compiled on a GPU: every activation at S/16's length (197), relu and gelu at S/8's (785)
+  and in a cross attention (5 x 300, head dim 128), batch 2 x 3 heads, within 1e-5 (float32,
+  HIGHEST precision: IEEE products, not TF32) or 2e-2 (bf16) of float64, and in bf16 within 2x
+  a naive bf16 dense attention's error."""
+  tol, precision = (1e-5, lax.Precision.HIGHEST) if dtype == jnp.float32 else (2e-2, None)
+  cases = [(a, 197, 197, 64) for a in attn.ACTIVATIONS]
+  cases += [(a, lq, lk, d) for a in ("relu", "gelu") for lq, lk, d in ((785, 785, 64),
+                                                                       (5, 300, 128))]
+  for activation, lq, lk, head_dim in cases:
     q, k, v, d_out = qkv_dout(lq, lk, head_dim, dtype, b=2, h=3)
-    for activation in attn.ACTIVATIONS:
-      got = jax.jit(lambda *x, a=activation: output_and_grads(pallas(a, 1.5), *x))(q, k, v,
-                                                                                 d_out)
-      want = float64_reference(q, k, v, d_out, activation, 1.5)
-      assert_close(got, want, tol, (activation, lq, lk, head_dim))
-      if dtype == jnp.bfloat16:
-        naive = jax.jit(lambda *x, a=activation: output_and_grads(functools.partial(
-            attn.dot_product_attention, activation=a, seqlen_alpha=1.5, float32_scores=False),
-            *x))(q, k, v, d_out)
-        for fused, slow, w in zip(got, naive, want, strict=True):
-          assert relative_error(fused, w) <= 2 * relative_error(slow, w), (activation, lq)
+    got = jax.jit(lambda *x, a=activation: output_and_grads(
+        pallas(a, 1.5, precision=precision), *x))(q, k, v, d_out)
+    want = float64_reference(q, k, v, d_out, activation, 1.5)
+    assert_close(got, want, tol, (activation, lq, lk, head_dim))
+    if dtype == jnp.bfloat16:
+      naive = jax.jit(lambda *x, a=activation: output_and_grads(functools.partial(
+          attn.dot_product_attention, activation=a, seqlen_alpha=1.5, float32_scores=False),
+          *x))(q, k, v, d_out)
+      for fused, slow, w in zip(got, naive, want, strict=True):
+        assert relative_error(fused, w) <= 2 * relative_error(slow, w), (activation, lq)
+
+
+@pytest.mark.gpu
+@on_gpu
+def test_cudnn_impl_equals_dense_softmax_on_a_gpu():
+  """attention_impl='cudnn' (here, as the other GPU kernels): a bf16 S/16-like ViT block's loss
+  and gradients (197 tokens, padded to 198 for cuDNN) equal the dense softmax path's."""
+  images = jax.random.normal(jax.random.PRNGKey(1), (4, 224, 224, 3))
+  small = dict(width=384, depth=1, mlp_dim=256, num_heads=6, patch_size=(16, 16),
+               pool_type="tok", attention="softmax", head_zeroinit=False)
+  models = {impl: vit.Model(3, **small, attention_impl=impl) for impl in ("dense", "cudnn")}
+  params = jax.jit(models["dense"].init)(jax.random.PRNGKey(0), images)["params"]
+
+  def loss(params, model):
+    logits, _ = model.apply({"params": params}, images)
+    return jnp.mean(jax.nn.log_softmax(logits)[:, 0])
+  results = {impl: jax.jit(jax.value_and_grad(loss), static_argnums=1)(params, model)
+             for impl, model in models.items()}
+  np.testing.assert_allclose(results["cudnn"][0], results["dense"][0], rtol=1e-4)
+  for got, want in zip(jax.tree.leaves(results["cudnn"][1]), jax.tree.leaves(results["dense"][1]),
+                       strict=True):
+    assert relative_error(got, want) <= 1e-3

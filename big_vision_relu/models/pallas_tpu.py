@@ -34,7 +34,9 @@ Array = jax.Array
 LANES = 128  # a TPU vector register's lanes: tiles are multiples of it
 DEFAULT_BLOCK = 512
 MIB = 1 << 20
-MAX_RESIDENT_DQ = 16 * MIB  # the backward's float32 dq block of one head, kept in VMEM
+# The backward's float32 dq block of one head, kept in VMEM (twice, double-buffered): up to
+# L x head_dim = 4M (16384 tokens at head dim 256), 48 MiB of VMEM in all.
+MAX_RESIDENT_DQ = 16 * MIB
 TN = (((0,), (0,)), ((), ()))  # dot_general: a [k, m] x b [k, n] -> [m, n] (a transposed)
 
 
@@ -66,7 +68,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, o_ref, total_ref, *, spec: TileSpec):
   def _():
     total_ref[...] = jnp.zeros_like(total_ref)
 
-  valid = valid_rows(j * block_k, block_k, spec.key_len)
+  valid = valid_rows(j * block_k, block_k, spec.key_len, k_ref.shape[1])
   key = jnp.where(valid, k_ref[...], 0)
   value = jnp.where(valid, v_ref[...], 0)
   total_ref[...] += spec.output_part(attention.scaled_query(q_ref[...]), key, value)
@@ -90,8 +92,8 @@ def _backward_kernel(q_ref, k_ref, v_ref, do_ref, dk_ref, dv_ref, dq_ref, dk_tot
     dk_total[...] = jnp.zeros_like(dk_total)
     dv_total[...] = jnp.zeros_like(dv_total)
 
-  k_valid = valid_rows(j * block_k, block_k, spec.key_len)
-  q_valid = valid_rows(i * block_q, block_q, spec.q_len)
+  k_valid = valid_rows(j * block_k, block_k, spec.key_len, k_ref.shape[1])
+  q_valid = valid_rows(i * block_q, block_q, spec.q_len, q_ref.shape[1])
   key = attention.scaled_query(jnp.where(k_valid, k_ref[...], 0))
   value = jnp.where(k_valid, v_ref[...], 0)
   query = jnp.where(q_valid, q_ref[...], 0)
@@ -180,8 +182,9 @@ def backward(spec: TileSpec, query: Array, key: Array, value: Array, d_out: Arra
                  jax.ShapeDtypeStruct((batch, heads, spec.key_len, head_dim), value.dtype),
                  jax.ShapeDtypeStruct((batch, heads, num_q * block_q, head_dim), jnp.float32)],
       scratch_shapes=[pltpu.VMEM((block_k, head_dim), jnp.float32)] * 2,
-      # Double-buffered dq block + the tiles and their temporaries.
-      vmem_limit_bytes=2 * dq_bytes + 32 * MIB,
+      # The double-buffered dq block on top of the tiles and their temporaries (a few MiB at
+      # tiles of 512, inside the 16 MiB that TPUs give a kernel by default).
+      vmem_limit_bytes=2 * dq_bytes + 16 * MIB,
   )(*map(_heads_first, (query, key, value, d_out.astype(value.dtype))))
   # One XLA fusion: dq's valid rows, times c, transposed and cast (the 1 / sqrt(d) is in k).
   d_query = d_query[:, :, :spec.q_len] * spec.scale
