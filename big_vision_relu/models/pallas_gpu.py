@@ -2,14 +2,14 @@
 
 Forward: grid (query tile, batch, head); a program divides its query tile by sqrt(head_dim)
 once, loops over the key tiles summing `h(q k^T) v` in registers (no running max, no
-denominator) and stores `c` times the sum in the output dtype. Backward: ONE kernel, grid (key
-tile, batch, head), five matrix multiplies per tile pair as in FlashAttention-2: S^T = k q^T,
-dP^T = v d_out^T, dv += P^T d_out, dk += dS^T q, and dq^T += k^T dS^T, added atomically into a
-float32 `[batch, heads, head_dim, q_len]` buffer (the key tiles of a query tile are summed by
-different programs). Every product takes its operands as loaded or as accumulated (the key tile
-is transposed once per program), so no register tile is transposed in the loop; rows past the
-true lengths are masked in the loads and stores (no padding by XLA); outputs are stored in their
-final dtype. Tiles and warps are chosen per kernel (`KernelConfig`).
+denominator) and stores `c = L^-alpha` times the sum in the output dtype. Backward: ONE kernel,
+grid (key tile, batch, head), five matrix multiplies per tile pair as in FlashAttention-2:
+S^T = k q^T, dP^T = v d_out^T, dv += P^T d_out, dk += dS^T q, and dq^T += k^T dS^T, added
+atomically into a float32 `[batch, heads, head_dim, q_len]` buffer (the key tiles of a query
+tile are summed by different programs). Every product takes its operands as loaded or as
+accumulated (the key tile is transposed once per program), so no register tile is transposed in
+the loop; rows past the true lengths are masked in the loads and stores (no padding by XLA);
+outputs are stored in their final dtype. Tiles and warps are chosen per kernel (`KernelConfig`).
 
 dq's atomic float32 additions make its last bits depend on the order the programs run in (as in
 FlashAttention-2's and cuDNN's default backward): a GPU run is not bit-reproducible in dq.
@@ -55,10 +55,11 @@ class KernelConfig:
 
 def kernel_configs(spec: TileSpec, head_dim: int) -> tuple[KernelConfig, KernelConfig]:
   """(forward, backward) launches: tiles are powers of two >= 16, at most `block_size` (128 by
-  default) and no larger than the lengths need (33 keys: one tile of 64). The forward keeps a
+  default) and no larger than the lengths need (33 keys: one tile of 64). The forward keeps one
   [bq, d] accumulator and loops over 64-key tiles (4 warps up to head dim 64, 8 beyond); the
-  backward keeps dk and dv ([bk, d] each) and loops over 64-query tiles with 8 warps, which
-  holds its S^T, dP^T tiles without register spills at bk = 128 (the issue's sm_90a compile)."""
+  backward keeps two ([bk, d]: dk, dv) beside its [bk, bq] S^T and dP^T tiles, so it loops over
+  64-query tiles with 8 warps, to hold them in registers. Chosen, not yet tuned on a GPU
+  (docs/benchmarks.md, section 6)."""
   block = spec.options.block_size or DEFAULT_BLOCK
   tile = lambda length, cap: min(cap, max(attention.MIN_PALLAS_BLOCK,  # noqa: E731
                                           pow2_at_least(length)))

@@ -11,7 +11,6 @@ loop (queries in the forward pass, keys in the backward pass), once per tile.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 import jax
@@ -87,7 +86,6 @@ def valid_rows(start: Array | int, rows: int, length: int, width: int | None = N
   return lax.broadcasted_iota(jnp.int32, shape, 0) + start < length
 
 
-@functools.cache
 def pow2_at_least(n: int) -> int:
   """The smallest power of two >= n."""
   return 1 << max(0, (n - 1).bit_length())

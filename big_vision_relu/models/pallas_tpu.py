@@ -1,10 +1,11 @@
 """The TPU kernels of `attention_impl='pallas'`: pointwise attention as two Pallas Mosaic kernels.
 
-Both run over `[batch, heads, len, head_dim]` arrays (the TPU's tiles take whole head dims in
-their lanes), with tiles that are multiples of 128 rows, and keep no row statistic.
+Both run over `[batch, heads, len, head_dim]` arrays (a TPU tile's lanes take whole head dims;
+XLA transposes the model's `[batch, len, heads, d]` to it), with tiles that are multiples of 128
+rows, and keep no row statistic.
   forward   grid (batch, head, query tile, key tile): a float32 `[bq, d]` accumulator in VMEM
             sums `h(q k^T / sqrt(d)) v` over the key tiles (the innermost, sequential grid
-            axis); the last key tile stores `c` times it in the output dtype.
+            axis); the last key tile stores `c = L^-alpha` times it in the output dtype.
   backward  ONE kernel, grid (batch, head, key tile, query tile), five matrix multiplies per tile
             pair: S^T = k q^T, dP^T = v d_out^T, dv += P^T d_out, dk += dS^T q, dq += dS k.
             dk and dv accumulate in VMEM over the query tiles (inner axis); dq accumulates in a
@@ -120,15 +121,15 @@ def _tiles(rows: int, head_dim: int, *, inner: bool) -> pl.BlockSpec:
   """`[B, heads, len, d]` -> the `[rows, d]` tile at the index of the grid's third (outer) or
   fourth (`inner`) axis."""
   if inner:
-    return pl.BlockSpec((None, None, rows, head_dim), lambda b, h, outer, inner: (b, h, inner, 0))
-  return pl.BlockSpec((None, None, rows, head_dim), lambda b, h, outer, inner: (b, h, outer, 0))
+    return pl.BlockSpec((None, None, rows, head_dim), lambda b, h, i, j: (b, h, j, 0))
+  return pl.BlockSpec((None, None, rows, head_dim), lambda b, h, i, j: (b, h, i, 0))
 
 
-def _call(kernel, name: str, interpret, semantics: tuple[str, ...], **call_kw):
+def _call(kernel, name: str, interpret, semantics: tuple[str, ...], *,
+          vmem_limit_bytes: int | None = None, **call_kw):
   if not interpret:
     _extend_mosaic_lowering()
-  params = pltpu.CompilerParams(dimension_semantics=semantics,
-                                vmem_limit_bytes=call_kw.pop("vmem_limit_bytes", None))
+  params = pltpu.CompilerParams(dimension_semantics=semantics, vmem_limit_bytes=vmem_limit_bytes)
   return pl.pallas_call(kernel, name=name, interpret=interpret, compiler_params=params,
                         **call_kw)
 
