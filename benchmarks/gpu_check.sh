@@ -35,12 +35,12 @@ step() {  # step NAME SECONDS COMMAND...: the command's output, also into NAME.l
 'flax', flax.__version__, 'optax', optax.__version__, jax.devices())"
   git log -1 --format='commit %H %cd'
 } 2>&1 | tee "$dir/env.log"
-step tests 120 env JAX_PLATFORMS=cuda python3 -m pytest -q -p no:cacheprovider -m gpu \
+step tests 150 env JAX_PLATFORMS=cuda python3 -m pytest -q -p no:cacheprovider -m gpu \
   tests/test_pallas_attention.py
 step op 130 python3 benchmarks/pallas_attention.py --tables op
 step train_s8 150 python3 benchmarks/pallas_attention.py --tables train --train_models S/8:224 \
   --rounds 6
 step errors 60 python3 benchmarks/pallas_attention.py --tables errors --lengths 197,4096 \
   --error_activations relu,gelu
-step train_s16 80 python3 benchmarks/pallas_attention.py --tables train \
+step train_s16 60 python3 benchmarks/pallas_attention.py --tables train \
   --train_models S/16:224 --rounds 6
