@@ -258,3 +258,25 @@ def read_state(step_dir: epath.PathLike, sharding: jax.sharding.Sharding) -> Any
       path, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
     )
   return restored.state
+
+
+def read_params(step_dir: epath.PathLike, sharding: jax.sharding.Sharding) -> Any:
+  """Only `state["params"]` of one step directory, read-only (orbax's partial restore: the
+  optimizer state, twice the parameters' size for Adam, is not read). As `read_state`
+  otherwise: the checkpoint's own tree, every array placed with `sharding`."""
+  path = epath.Path(step_dir)
+  if "://" not in str(path):
+    path = path.absolute()
+  handler = ocp.CompositeCheckpointHandler(state=ocp.PyTreeCheckpointHandler(),
+                                           extra=ocp.JsonCheckpointHandler())
+  with ocp.Checkpointer(handler) as checkpointer:
+    metadata = checkpointer.metadata(path).item_metadata
+    if metadata is None or metadata.get("state") is None or "params" not in metadata["state"]:
+      raise ValueError(f"{path} is not a checkpoint step with a 'state' item holding 'params'.")
+    target = {"params": jax.tree.map(
+        lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
+        metadata["state"]["params"])}
+    restored = checkpointer.restore(path, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+        partial_restore=True)))
+  return restored.state["params"]
