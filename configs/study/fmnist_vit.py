@@ -21,6 +21,9 @@ Arguments (`fmnist_vit.py:key=value,...`):
                     1.08x faster run on XLA:CPU (docs/benchmarks.md, 3); the study's runs
                     trained without it (pinned commit 8de55f7)                         (True)
   runlocal    a few-step smoke run on slices of the data (used by the tests)        (False)
+  input       tfds | memory: the input pipeline (config.input.pipeline); memory reads the
+              IDX files into arrays and augments in JAX on the device, no TensorFlow
+              (docs/gpu.md); same quality, another data order (docs/benchmarks.md)  (tfds)
 
 Sizes keep the head dimension at 32 and grow in width (depth 4, MLP 4x width):
   Ti: width 64, 2 heads (the main model);  S: 96, 3 heads;  B: 128, 4 heads.
@@ -47,7 +50,7 @@ BATCH = 128
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   arg = parse_arg(arg, size="Ti", patch=2, attention="relu", alpha=1.0, qk_norm=True,
                   gated=False, epochs=EPOCHS, seed=0, runlocal=False, dtype_mm="float32",
-                  batch=BATCH, lr=1e-3, flatten_tokens=True)
+                  batch=BATCH, lr=1e-3, flatten_tokens=True, input="tfds")
   if arg.size not in SIZES:
     raise ValueError(f"size={arg.size!r}: expected one of {', '.join(SIZES)}.")
   width = SIZES[arg.size]
@@ -59,6 +62,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.input = dict(
       data=dict(name=DATASET, split="train" if not arg.runlocal else "train[:64]"),
       batch_size=arg.batch if not arg.runlocal else 16, pp=TRAIN_PP)
+  if arg.input != "tfds":  # unset for tfds: the study's workdirs hold configs without the key
+    config.input.pipeline = arg.input
   config.num_classes = 10
   config.model = dict(
       patch_size=(arg.patch, arg.patch), width=width, depth=4, mlp_dim=4 * width,
