@@ -116,23 +116,6 @@ def get_builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuil
   return builder
 
 
-def required_datasets(config: Mapping[str, Any]) -> list[tuple[str, str | None]]:
-  """(name, data_dir) of every dataset a training config reads, in config order, once each:
-  `input.data`, each `evals.<name>.data`, and each few-shot evaluator's `datasets` (with its
-  `data_dir`)."""
-  found: dict[tuple[str, str | None], None] = {}
-  data = (config.get("input") or {}).get("data")
-  if data and data.get("name"):
-    found[(data["name"], data.get("data_dir"))] = None
-  for evaluator in (config.get("evals") or {}).values():
-    data = evaluator.get("data")
-    if data and data.get("name"):
-      found[(data["name"], data.get("data_dir"))] = None
-    for spec in (evaluator.get("datasets") or {}).values():
-      found[(spec[0], evaluator.get("data_dir"))] = None
-  return list(found)
-
-
 def check_prepared(names: Sequence[tuple[str, str | None]]) -> None:
   """Raises one DatasetNotPreparedError listing EVERY dataset of `names` that is not prepared,
   each with the command that prepares it, instead of one per run attempt (a paper config
