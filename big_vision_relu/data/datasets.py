@@ -1,8 +1,9 @@
 """Finding TFDS datasets: offline ones are built on first use, all others must be prepared.
 
 `get_builder(name, data_dir)` never touches the network: the offline datasets of
-`builders.py` are prepared from installed packages, and `fashion_mnist_local` from the IDX files
-of Debian's `dataset-fashion-mnist` (`fashion_mnist.py`); any other dataset that is not already
+`builders.py` are prepared from local files (mnist5k, digits: shipped in this package;
+`fashion_mnist_local`: the IDX files
+of Debian's `dataset-fashion-mnist`, `fashion_mnist.py`); any other dataset that is not already
 prepared in the data dir raises `DatasetNotPreparedError` at once (instead of TFDS's
 multi-minute download attempts), saying where it looked and how to prepare it.
 
