@@ -1,6 +1,6 @@
 """The pp mini-language in JAX: the in-memory pipeline's preprocessing, run on the device.
 
-The same pp strings as the tf.data ops (`pp/`, syntax in `pp_syntax`) and the same meaning, for
+The same pp strings as the tf.data ops (`pp/`, syntax in `pp_base`) and the same meaning, for
 the ops below; images arrive decoded (uint8 [h, w, c], as `arrays` holds them), so `decode`
 only sets the number of channels. Ops are written for one example and vmapped over a batch
 (`batch_preprocess_fn`), inside a jitted function.
@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from big_vision_relu.data.pp_syntax import parse
+from big_vision_relu.data import pp_base
 
 Example = dict[str, jax.Array]
 _AUGMENT_STREAM = 1  # folded into the seed, as input_pipeline's augmentation stream
@@ -53,21 +53,6 @@ def _register(name: str):
   return decorator
 
 
-def _get(example: Example, key: str, op_name: str) -> jax.Array:
-  if key not in example:
-    raise ValueError(f"pp op {op_name} reads key {key!r}, but the example only has "
-                     f"{sorted(example)}; pass key=... or fix the op order")
-  return example[key]
-
-
-def _as_size(size: Any, op_name: str) -> tuple[int, int]:
-  pair = (size, size) if isinstance(size, int) else tuple(size)
-  if len(pair) != 2 or not all(isinstance(s, int) and s > 0 for s in pair):
-    raise ValueError(f"pp op {op_name}: size must be a positive int or (height, width), "
-                     f"got {size!r}")
-  return pair
-
-
 def _check_fits(image: jax.Array, size: tuple[int, int], op_name: str) -> None:
   if image.shape[0] < size[0] or image.shape[1] < size[1]:
     raise ValueError(f"pp op {op_name}: a {size} crop of an image of shape {image.shape}")
@@ -80,7 +65,7 @@ def _decode(channels: int = 3, precise: bool = False, *, key: str = "image") -> 
     raise ValueError(f"decode: channels must be 0 (as stored), 1 or 3, got {channels}")
 
   def apply(example: Example) -> Example:
-    image = _get(example, key, "decode")
+    image = pp_base.get_key(example, key, "decode")
     stored = image.shape[-1]
     if channels in (0, stored):
       return example
@@ -94,13 +79,13 @@ def _decode(channels: int = 3, precise: bool = False, *, key: str = "image") -> 
 @_register("resize")
 def _resize(size: int | tuple[int, int], method: str = "bilinear", antialias: bool = False, *,
             key: str = "image") -> _Op:
-  height, width = _as_size(size, "resize")
+  height, width = pp_base.as_size(size, "resize")
   if method != "bilinear":
     raise ValueError(f"resize: the in-memory pipeline resizes with method='bilinear' only, "
                      f"got {method!r}.")
 
   def apply(example: Example) -> Example:
-    image = _get(example, key, "resize")
+    image = pp_base.get_key(example, key, "resize")
     resized = jax.image.resize(image.astype(jnp.float32), (height, width, image.shape[-1]),
                                "bilinear", antialias=antialias)
     info = jnp.iinfo(image.dtype) if jnp.issubdtype(image.dtype, jnp.integer) else None
@@ -112,10 +97,10 @@ def _resize(size: int | tuple[int, int], method: str = "bilinear", antialias: bo
 
 @_register("central_crop")
 def _central_crop(crop_size: int | tuple[int, int] | None = None, *, key: str = "image") -> _Op:
-  size = None if crop_size is None else _as_size(crop_size, "central_crop")
+  size = None if crop_size is None else pp_base.as_size(crop_size, "central_crop")
 
   def apply(example: Example) -> Example:
-    image = _get(example, key, "central_crop")
+    image = pp_base.get_key(example, key, "central_crop")
     crop_h, crop_w = size or (min(image.shape[:2]),) * 2
     _check_fits(image, (crop_h, crop_w), "central_crop")
     top, left = (image.shape[0] - crop_h) // 2, (image.shape[1] - crop_w) // 2
@@ -125,10 +110,10 @@ def _central_crop(crop_size: int | tuple[int, int] | None = None, *, key: str = 
 
 @_register("random_crop")
 def _random_crop(crop_size: int | tuple[int, int], *, key: str = "image") -> _Op:
-  crop_h, crop_w = _as_size(crop_size, "random_crop")
+  crop_h, crop_w = pp_base.as_size(crop_size, "random_crop")
 
   def apply(example: Example, rng: jax.Array) -> Example:
-    image = _get(example, key, "random_crop")
+    image = pp_base.get_key(example, key, "random_crop")
     _check_fits(image, (crop_h, crop_w), "random_crop")
     rng_top, rng_left = jax.random.split(rng)
     top = jax.random.randint(rng_top, (), 0, image.shape[0] - crop_h + 1)
@@ -141,7 +126,7 @@ def _random_crop(crop_size: int | tuple[int, int], *, key: str = "image") -> _Op
 @_register("flip_lr")
 def _flip_lr(*, key: str = "image") -> _Op:
   def apply(example: Example, rng: jax.Array) -> Example:
-    image = _get(example, key, "flip_lr")
+    image = pp_base.get_key(example, key, "flip_lr")
     return {**example, key: jnp.where(jax.random.bernoulli(rng), image[:, ::-1], image)}
   return _Op(apply, random=True)
 
@@ -155,7 +140,7 @@ def _value_range(vmin: float = -1, vmax: float = 1, in_min: float | list[float] 
     raise ValueError(f"value_range: in_min {in_min} and in_max {in_max} must differ")
 
   def apply(example: Example) -> Example:
-    image = _get(example, key, "value_range").astype(jnp.float32)
+    image = pp_base.get_key(example, key, "value_range").astype(jnp.float32)
     image = vmin + (image - lo) / (hi - lo) * (vmax - vmin)  # as pp/ops_image.py, op for op
     if clip_values:
       image = jnp.clip(image, min(vmin, vmax), max(vmin, vmax))
@@ -170,7 +155,7 @@ def _onehot(depth: int, key: str = "label", key_result: str = "labels", multi: b
     raise ValueError(f"onehot: depth must be a positive int, got {depth!r}")
 
   def apply(example: Example) -> Example:
-    labels = _get(example, key, "onehot")
+    labels = pp_base.get_key(example, key, "onehot")
     if labels.ndim not in (0, 1):
       raise ValueError(f"onehot: {key!r} must be a scalar or a vector, got shape {labels.shape}")
     hot = labels[..., None] == jnp.arange(depth)
@@ -180,31 +165,16 @@ def _onehot(depth: int, key: str = "label", key_result: str = "labels", multi: b
   return _Op(apply)
 
 
-def _check_keys(op_name: str, keys: tuple[str, ...]) -> None:
-  if not keys or not all(isinstance(k, str) for k in keys):
-    raise ValueError(f"{op_name} needs one or more key names as strings, got {keys!r}")
-
-
 @_register("keep")
 def _keep(*keys: str) -> _Op:
-  _check_keys("keep", keys)
-
-  def apply(example: Example) -> Example:
-    for k in keys:
-      _get(example, k, "keep")
-    return {k: v for k, v in example.items() if k in keys or k.startswith("_")}
-  return _Op(apply)
+  pp_base.check_keys("keep", keys)
+  return _Op(lambda example: pp_base.keep(example, keys))
 
 
 @_register("drop")
 def _drop(*keys: str) -> _Op:
-  _check_keys("drop", keys)
-
-  def apply(example: Example) -> Example:
-    for k in keys:
-      _get(example, k, "drop")
-    return {k: v for k, v in example.items() if k not in keys}
-  return _Op(apply)
+  pp_base.check_keys("drop", keys)
+  return _Op(lambda example: pp_base.drop(example, keys))
 
 
 def supported_ops() -> list[str]:
@@ -213,7 +183,7 @@ def supported_ops() -> list[str]:
 
 def _ops(pp: str) -> list[_Op]:
   ops = []
-  for name, args, kwargs in parse(pp):
+  for name, args, kwargs in pp_base.parse(pp):
     if name not in _OPS:
       raise ValueError(f"pp op {name!r} has no JAX version: the in-memory pipeline supports "
                        f"{', '.join(supported_ops())}; use input.pipeline='tfds' for {pp!r}.")

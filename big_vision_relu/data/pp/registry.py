@@ -1,7 +1,7 @@
 """The pp mini-language on tf.data: the op registry.
 
 A pp string chains ops with `|`, e.g. `decode|resize(224)|value_range(-1, 1)|keep("image")`
-(its syntax: `pp_syntax.parse`, shared with the in-memory pipeline's ops, `jax_pp`).
+(its syntax: `pp_base.parse`, shared with the in-memory pipeline's ops, `jax_pp`).
 
 An op is registered by decorating a factory: `@register("name") def get_name(*args, **kw)`
 returns a function from an example dict of tf tensors to a new example dict. Factories run
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from big_vision_relu.data.pp_syntax import parse
+from big_vision_relu.data.pp_base import parse
 
 Example = dict[str, tf.Tensor]
 PPFn = Callable[[Example], Example]
