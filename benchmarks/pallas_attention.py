@@ -252,7 +252,7 @@ def main() -> None:
   parser.add_argument("--tables", default="op,errors,memory",
                       help=f"which of {','.join(TABLES)} to print (one GPU command each fits "
                       "the device's 10 minutes)")
-  parser.add_argument("--error_activations", default=",".join(attn.ACTIVATIONS),
+  parser.add_argument("--error_activations", default=",".join(attn.PAPER_ACTIVATIONS),
                       help="activations whose errors are measured at the first length (relu's "
                       "at every length)")
   parser.add_argument("--train_batch", type=int, default=128)

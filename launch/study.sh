@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A study (big_vision_relu.experiments.study) in the background, resumable: the Fashion-MNIST
-# study (docs/reproduction.md) or the MNIST-5k one. Re-run the same command to resume after a
+# study (docs/reproduction.md), the MNIST-5k one, or the alpha-length one (docs/alpha_length.md). Re-run the same command to resume after a
 # stop, a reboot or on a fresh checkout.
 #
 #   bash launch/study.sh fmnist              # start / resume in the background
@@ -10,6 +10,7 @@
 #   bash launch/study.sh fmnist stop         # trainers checkpoint and exit; waits for it, then
 #                                            # parks as 'park' does
 #   bash launch/study.sh fmnist report       # tables, figures, verdicts -> docs/fmnist/
+#                                            # (alpha_length: results.md, figures -> docs/alpha_length/)
 #
 # ROOT (default workdirs/<plan>) holds the runs' workdirs (checkpoints), ROOT/study.log and, for
 # a pinned study, ROOT/code: a git worktree at the study's commit, which the trainers run from.
@@ -27,7 +28,10 @@ case "$PLAN" in
   fmnist) DATASETS=mnist5k,digits,fashion_mnist_local DATA_PACKAGES=dataset-fashion-mnist
           SWEEP_DIR=configs/study DOCS=docs/fmnist ;;
   repro) DATASETS=mnist5k,digits DATA_PACKAGES='' SWEEP_DIR=configs/repro DOCS=docs/reproduction ;;
-  *) echo "usage: bash launch/study.sh fmnist|repro [start|status|park|stop|report]" >&2; exit 2 ;;
+  alpha_length) DATASETS=mnist5k,digits,fashion_mnist_local DATA_PACKAGES=dataset-fashion-mnist
+                SWEEP_DIR=configs/alpha_length DOCS=docs/alpha_length ;;
+  *) echo "usage: bash launch/study.sh fmnist|repro|alpha_length [start|status|park|stop|report]" >&2
+     exit 2 ;;
 esac
 ROOT="${ROOT:-workdirs/$PLAN}"
 ARCHIVE="${ARCHIVE:-results/$PLAN}"
@@ -108,6 +112,10 @@ print(",".join(map(str, fmnist.CALIBRATION_PHASES)))')"
     "${STUDY[@]}" --park
     ;;
   report)
+    if [ "$PLAN" = alpha_length ]; then
+      exec "$PY" -m big_vision_relu.experiments.alpha_length_report --archive "$ARCHIVE" \
+        --out "$DOCS"
+    fi
     SWEEPS=()
     for f in "$SWEEP_DIR"/fig[1-4].py; do
       SWEEPS+=(--sweep "$f")
@@ -118,7 +126,7 @@ print(",".join(map(str, fmnist.CALIBRATION_PHASES)))')"
     fi
     ;;
   *)
-    echo "usage: bash launch/study.sh fmnist|repro [start|status|park|stop|report]" >&2
+    echo "usage: bash launch/study.sh fmnist|repro|alpha_length [start|status|park|stop|report]" >&2
     exit 2
     ;;
 esac

@@ -14,6 +14,7 @@ NUMPY_H = {
     "identity": lambda x: x,
     "relu6": lambda x: np.clip(x, 0.0, 6.0),
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "zero": np.zeros_like,
 }
 # h' of each pointwise activation (relu's and relu6's kinks get 0, as in jax).
 NUMPY_DH = {
@@ -25,6 +26,7 @@ NUMPY_DH = {
     "identity": np.ones_like,
     "relu6": lambda x: ((x > 0.0) & (x < 6.0)).astype(x.dtype),
     "sigmoid": lambda x: np.exp(-x) / (1.0 + np.exp(-x)) ** 2,
+    "zero": np.zeros_like,
 }
 NUMPY_GATE = {"none": lambda x: x, "silu": lambda x: x / (1.0 + np.exp(-x)),
               "sigmoid": NUMPY_H["sigmoid"]}

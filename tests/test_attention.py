@@ -14,7 +14,7 @@ from big_vision_relu.models.multihead import MultiHeadDotProductAttention
 
 import numpy_reference
 
-POINTWISE = ("relu", "relu2", "gelu", "softplus", "identity", "relu6", "sigmoid")
+POINTWISE = ("relu", "relu2", "gelu", "softplus", "identity", "relu6", "sigmoid", "zero")
 NUMPY_H = numpy_reference.NUMPY_H
 numpy_attention = numpy_reference.attention
 

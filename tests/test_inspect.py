@@ -127,13 +127,14 @@ def test_evaluator_equals_the_full_statistics(offline_data_dir, scan, pool_type)
   assert got["num_examples"] == 24  # 20 rounded up to whole batches of 8
   images, _ = inspect.eval_examples(inspect.Run(model, params, None, None, "mem"), 24,
                                     data=data, pp=PP)
-  expected = inspect.attention_statistics(
-      inspect.attention_maps(inspect.Run(model, params, None, None, "mem"), images))
+  # The notebook's per-layer table (numpy, float64) of the same 24 examples.
+  expected = inspect.layer_table(inspect.run_model(inspect.Run(model, params, None, None, "mem"),
+                                                   images))
+  names = ("zeros", "row_sum_mean", "entropy", "distance", "attention_to_residual")
   for layer, row in enumerate(expected):
-    for name in ("zeros", "row_sum_mean", "entropy", "distance"):
+    for name in names:
       assert got[f"layer{layer}/{name}"] == pytest.approx(row[name], rel=1e-4), name
-  assert set(got) == {"num_examples"} | {f"layer{i}/{n}" for i in range(2) for n in
-                                          ("zeros", "row_sum_mean", "entropy", "distance")}
+  assert set(got) == {"num_examples"} | {f"layer{i}/{n}" for i in range(2) for n in names}
 
 
 # ------------------------------------------------------------------ end to end: the notebook

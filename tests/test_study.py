@@ -18,7 +18,7 @@ from big_vision_relu import metrics as metrics_lib
 from big_vision_relu.experiments import parking, provenance, repro, run_status, study
 from big_vision_relu.experiments import tables
 from big_vision_relu.experiments import sweep as sweep_lib
-from big_vision_relu.models.attention import ACTIVATIONS
+from big_vision_relu.models.attention import PAPER_ACTIVATIONS
 
 SWEEPS = [f"configs/repro/fig{i}.py" for i in range(1, 5)]
 
@@ -54,7 +54,7 @@ def test_plan_trains_each_run_once_in_phase_order_with_all_its_sweeps():
   assert max(planned.index(p) for p in seeded) < first_fine
   order = list(dict.fromkeys(p.run.args["attention"] for p in seeded))
   assert order == ["softmax", "relu", *repro.SEEDED_ACTIVATIONS_ORDER]
-  assert set(order) == {"softmax", *ACTIVATIONS}
+  assert set(order) == {"softmax", *PAPER_ACTIVATIONS}
   # The study ends with relu6's other alphas at L = 196, after Figures 3 and 4's.
   twin_fine = [planned.index(p) for p in planned if p.run.args["patch"] == 2
                and p.run.args["attention"] == repro.RELU_TWIN and p.run.args["seed"] == 0

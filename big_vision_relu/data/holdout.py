@@ -30,8 +30,9 @@ def check_spec(where: str, spec: Any) -> None:
   if spec is None:
     return
   example = "dict(num_examples=5000, seed=0, part='rest' | 'held_out')"
-  if not isinstance(spec, Mapping):
+  if not isinstance(spec, Mapping) and not hasattr(spec, "items"):  # a dict or a ConfigDict
     raise ValueError(f"{where} must be {example}, got {spec!r}.")
+  spec = dict(spec.items())
   unknown, missing = set(spec) - KEYS, KEYS - set(spec)
   if unknown or missing:
     raise ValueError(f"{where}={dict(spec)} must be {example}; unknown keys: {sorted(unknown)}, "

@@ -215,14 +215,17 @@ def attention_shares(attention_outputs: Sequence[Array],
     block_inputs: per layer the residual stream it is added to `[n, tokens, width]`.
   Returns:
     Table rows {'layer', 'attention_to_residual': the mean over images and tokens of
-    |branch| / |input| (L2 norms over width)}. Near 0: the layer's attention hardly mixes the
+    |branch| / |input| (L2 norms over width), over tokens whose input is not 0 (a class token
+    initialised at 0 enters layer 0 as 0)}. Near 0: the layer's attention hardly mixes the
     tokens (e.g. a large L^-alpha the model did not make up for).
   """
   table = []
   for layer, (branch, stream) in enumerate(zip(attention_outputs, block_inputs, strict=True)):
-    ratio = (np.linalg.norm(np.asarray(branch, np.float64), axis=-1)
-             / np.linalg.norm(np.asarray(stream, np.float64), axis=-1))
-    table.append({"layer": layer, "attention_to_residual": float(ratio.mean())})
+    branch_norm = np.linalg.norm(np.asarray(branch, np.float64), axis=-1)
+    stream_norm = np.linalg.norm(np.asarray(stream, np.float64), axis=-1)
+    live = stream_norm > 0
+    table.append({"layer": layer,
+                  "attention_to_residual": float(np.mean(branch_norm[live] / stream_norm[live]))})
   return table
 
 

@@ -13,6 +13,9 @@ in `evaluators.attention_statistics`):
   layer{i}/row_sum_mean  mean over rows of sum_k w (softmax: 1)
   layer{i}/entropy       mean entropy (nats) of the row-normalised |w|, over non-zero rows
   layer{i}/distance      mean attention distance in patches, over patch queries
+  layer{i}/attention_to_residual  mean over tokens of |attention branch| / |residual stream
+                         entering the block| (L2 over width; `attention_shares`): near 0, the
+                         layer's attention hardly changes the tokens
   num_examples           the examples they are computed on
 
 The model the registry gives is run with its attention weights sown (`sow_attention_weights`);
@@ -54,6 +57,17 @@ def layer_sums(weights: jax.Array, mask: jax.Array, layout: attention_statistics
   }
 
 
+def branch_sums(branch: jax.Array, stream: jax.Array, mask: jax.Array) -> dict[str, jax.Array]:
+  """A layer's attention branch and the residual stream it is added to (both `[n, tokens,
+  width]`) -> the sum of |branch| / |stream| over the tokens of real examples whose stream is
+  not 0 (as `attention_shares`), and their count."""
+  branch_norm = jnp.linalg.norm(branch.astype(jnp.float32), axis=-1)
+  stream_norm = jnp.linalg.norm(stream.astype(jnp.float32), axis=-1)
+  live = (stream_norm > 0) & mask[:, None]
+  ratio = jnp.where(live, branch_norm / jnp.where(live, stream_norm, 1.0), 0.0)
+  return {"branch_ratio": jnp.sum(ratio), "tokens": jnp.sum(live.astype(jnp.float32))}
+
+
 class AttentionStatsEvaluator:
   """Per-layer attention statistics of `model` on the first examples of an eval split (module
   docstring)."""
@@ -78,11 +92,13 @@ class AttentionStatsEvaluator:
 
     def sums(params, batch):
       layout = attention_capture.token_layout(model, batch["image"].shape[1:3])
-      weights = attention_capture.apply_inspecting(model, params, batch["image"],
-                                                   with_qk=False)["weights"]
+      captured = attention_capture.apply_inspecting(model, params, batch["image"],
+                                                    with_qk=False)
       mask = batch[batching.MASK_KEY]
-      return {"layers": [layer_sums(w, mask, layout) for w in weights],
-              "count": jnp.sum(mask.astype(jnp.float32))}
+      layers = [dict(layer_sums(w, mask, layout), **branch_sums(branch, stream, mask))
+                for w, branch, stream in zip(captured["weights"], captured["attention_outputs"],
+                                             captured["block_inputs"], strict=True)]
+      return {"layers": layers, "count": jnp.sum(mask.astype(jnp.float32))}
     self._sums = jax.jit(sums)
 
   def run(self, params: Any) -> dict[str, float]:
@@ -103,4 +119,5 @@ class AttentionStatsEvaluator:
       metrics[f"layer{i}/row_sum_mean"] = ratio(s["row_sum"], s["rows"])
       metrics[f"layer{i}/entropy"] = ratio(s["entropy"], s["live"])
       metrics[f"layer{i}/distance"] = ratio(s["distance"], s["distance_valid"])
+      metrics[f"layer{i}/attention_to_residual"] = ratio(s["branch_ratio"], s["tokens"])
     return metrics

@@ -195,4 +195,5 @@ def candidate_lines(results: Sequence[RunResult]) -> list[str]:
   checks = (candidate_met(results), rules.met)
   point_3 = False if False in checks else None if None in checks else True
   return [*_doubling_lines(rules, f"the {fmnist.CANDIDATE_EPOCHS}-epoch candidate"),
-          f"- point 3 (a converged recipe: E1 and this (c)): {_rule(point_3)}", ""]
+          "- point 3 (#22's definition of a converged recipe, E1 and this (c); one-sided: "
+          f"an accuracy loss passes it): {_rule(point_3)}", ""]

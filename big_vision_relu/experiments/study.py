@@ -6,8 +6,8 @@ r"""Runs a study (a plan of phases of sweep runs) to completion, across sessions
         --archive results/repro
     bash launch/study.sh fmnist / bash launch/repro.sh    # the same, in the background
 
-Plans: `repro` (the MNIST-5k study, `experiments.repro`) and `fmnist` (the Fashion-MNIST study,
-`experiments.fmnist`). The plan is its PHASES in order, each run once (a run shared by several
+Plans: `repro` (the MNIST-5k study, `experiments.repro`), `fmnist` (the Fashion-MNIST study,
+`experiments.fmnist`) and `alpha_length` (the best alpha against L, `experiments.alpha_length`). The plan is its PHASES in order, each run once (a run shared by several
 figures is trained once, in `<root>/runs/<run id>`). `--workers` runs train in parallel, each
 pinned to its own CPU core (on this 2-core machine two pinned runs do ~20% more work than one
 run on both cores, and a run's core hours are then its own CPU time).
@@ -64,11 +64,11 @@ from typing import Any
 
 from absl import app, flags, logging
 
-from big_vision_relu.experiments import fmnist, parking, repro, run_status
+from big_vision_relu.experiments import alpha_length, fmnist, parking, repro, run_status
 from big_vision_relu.experiments import provenance as provenance_lib
 from big_vision_relu.experiments import sweep as sweep_lib
 
-PLANS = {"repro": repro, "fmnist": fmnist}
+PLANS = {"repro": repro, "fmnist": fmnist, "alpha_length": alpha_length}
 STUDY_FILE = "study.json"  # in the archive: the plan and the pinned commit
 # The trainers' launcher, run as a file of this checkout in isolated mode (-I: neither PYTHONPATH
 # nor the script's directory on sys.path), not by module path from the trainer's tree: a pinned

@@ -41,6 +41,10 @@ def _short(key: str, value: Any) -> str:
     return f"e{value}"
   if key == "lr":
     return f"lr{value:g}"
+  if key == "validation":
+    return f"val{value}"
+  if key == "eval_points":
+    return f"ev{value}"
   return str(value)
 
 

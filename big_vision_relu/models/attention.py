@@ -47,7 +47,12 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "identity": lambda x: x,
     "relu6": jax.nn.relu6,
     "sigmoid": jax.nn.sigmoid,
+    # Attention off: every weight 0, so tokens never mix (the block adds only out's bias). The
+    # control that says how much of a large alpha's result is attention at all.
+    "zero": jnp.zeros_like,
 }
+# The paper's family (its Figure 2): all of ACTIVATIONS but the attention-off control.
+PAPER_ACTIVATIONS: tuple[str, ...] = tuple(a for a in ACTIVATIONS if a != "zero")
 ATTENTION_NAMES: tuple[str, ...] = ("softmax", *ACTIVATIONS)
 ATTENTION_IMPLS: tuple[str, ...] = ("dense", "chunked", "seq_parallel", "pallas")
 GATE_ACTIVATIONS: dict[str, Callable[[Array], Array]] = {

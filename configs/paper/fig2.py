@@ -8,7 +8,7 @@ we use 0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2: dense around the predicted optimum 1
 
     python -m big_vision_relu.experiments.sweep configs/paper/fig2.py --list
 """
-from big_vision_relu.models.attention import ACTIVATIONS
+from big_vision_relu.models.attention import PAPER_ACTIVATIONS
 from big_vision_relu.experiments.recipes import ALPHA_SWEEP_VARIANTS, ALPHAS
 from big_vision_relu.experiments.sweep import Run
 
@@ -21,5 +21,5 @@ def get_sweep() -> list[Run]:
                                    qk_norm=True, gated=False)))
       runs += [Run(config, dict(variant=variant, attention=activation, alpha=alpha,
                                 qk_norm=True, gated=False))
-               for activation in ACTIVATIONS for alpha in ALPHAS]
+               for activation in PAPER_ACTIVATIONS for alpha in ALPHAS]
   return runs

@@ -7,7 +7,8 @@ One run (the study runs many, configs/study/fig*.py):
 
 Arguments (`fmnist_vit.py:key=value,...`):
   size        Ti | S | B: Figure 1's model sizes (below)                              (Ti)
-  patch       2 -> L = 196 patches (the /16 length, the main setting), 4 -> L = 49     (2)
+  patch       2 -> L = 196 patches (the /16 length, the main setting), 4 -> L = 49,
+              7 -> L = 16 (the alpha-length study, docs/alpha_length.md)               (2)
   attention   softmax | relu | relu2 | gelu | softplus | identity | relu6 | sigmoid  (relu)
   alpha       seqlen_alpha: weights are L^-alpha * h(q.k/sqrt(d)), L = keys            (1.0)
   qk_norm     qk-layernorm                                                           (True)
@@ -20,6 +21,12 @@ Arguments (`fmnist_vit.py:key=value,...`):
   flatten_tokens    the Dense layers on [batch * tokens, width]: bit-identical results, a
                     1.08x faster run on XLA:CPU (docs/benchmarks.md, 3); the study's runs
                     trained without it (pinned commit 8de55f7)                         (True)
+  validation  0, or a validation split of this many training images (stratified, fixed by
+              its own seed VALIDATION_SEED: data/holdout.py), held out of training and
+              evaluated as `val` beside `test`: it selects checkpoints, the test split never
+              selects anything                                                          (0)
+  eval_points evaluations of `test` (and `val`) per run, evenly spaced (plus the first and
+              last step)                                                                (8)
   runlocal    a few-step smoke run on slices of the data (used by the tests)        (False)
   input       tfds | memory: the input pipeline (config.input.pipeline); memory reads the
               IDX files into arrays and augments in JAX on the device, no TensorFlow
@@ -27,6 +34,10 @@ Arguments (`fmnist_vit.py:key=value,...`):
 
 Sizes keep the head dimension at 32 and grow in width (depth 4, MLP 4x width):
   Ti: width 64, 2 heads (the main model);  S: 96, 3 heads;  B: 128, 4 heads.
+
+With validation=5000, eval_points=20, epochs=40 (the alpha-length study, docs/alpha_length.md) the run
+trains on the other 55,000 images and logs val/prec@1, val/loss beside test/prec@1, test/loss at
+21 points.
 
 Expected (the study's runs, docs/reproduction.md 1): at L = 196 after 20 epochs, test accuracy
 0.897-0.899 for relu/L (alpha 1) and 0.898-0.900 for softmax over seeds 0-2; 2.8-3.3 core hours a
@@ -45,23 +56,31 @@ TRAIN_PP = ('decode(channels=1)|flip_lr|value_range(-1, 1)|onehot(10)|'
 EVAL_PP = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
 EPOCHS = 20
 BATCH = 128
+VALIDATION_SEED = 0  # the validation split's own seed: the same split for every run seed
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   arg = parse_arg(arg, size="Ti", patch=2, attention="relu", alpha=1.0, qk_norm=True,
                   gated=False, epochs=EPOCHS, seed=0, runlocal=False, dtype_mm="float32",
-                  batch=BATCH, lr=1e-3, flatten_tokens=True, input="tfds")
+                  batch=BATCH, lr=1e-3, flatten_tokens=True, validation=0, eval_points=8,
+                  input="tfds")
   if arg.size not in SIZES:
     raise ValueError(f"size={arg.size!r}: expected one of {', '.join(SIZES)}.")
+  if 28 % arg.patch:
+    raise ValueError(f"patch={arg.patch} must divide the 28-pixel side: 1, 2, 4, 7, 14 or 28.")
   width = SIZES[arg.size]
   config = ml_collections.ConfigDict()
   config.seed = arg.seed
   # Optional fields (placeholders): --config.total_epochs=None --config.total_steps=N works.
   config.total_epochs = optional(None if arg.runlocal else arg.epochs)
   config.total_steps = optional(4 if arg.runlocal else None)
-  config.input = dict(
-      data=dict(name=DATASET, split="train" if not arg.runlocal else "train[:64]"),
-      batch_size=arg.batch if not arg.runlocal else 16, pp=TRAIN_PP)
+  train_data = dict(name=DATASET, split="train" if not arg.runlocal else "train[:64]")
+  holdout = None
+  if arg.validation:
+    holdout = dict(num_examples=arg.validation if not arg.runlocal else 16, seed=VALIDATION_SEED)
+  config.input = dict(data=dict(train_data, holdout=dict(holdout, part="rest")) if holdout
+                      else train_data,
+                      batch_size=arg.batch if not arg.runlocal else 16, pp=TRAIN_PP)
   if arg.input != "tfds":  # unset for tfds: the study's workdirs hold configs without the key
     config.input.pipeline = arg.input
   config.num_classes = 10
@@ -88,7 +107,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.evals.test = dict(
       type="classification",
       data=dict(name=DATASET, split="test" if not arg.runlocal else "test[:32]"),
-      pp_fn=EVAL_PP, batch_size=500 if not arg.runlocal else 16, log_percent=0.125)
+      pp_fn=EVAL_PP, batch_size=500 if not arg.runlocal else 16, log_percent=1 / arg.eval_points)
+  if holdout:
+    config.evals.val = dict(config.evals.test,
+                            data=dict(train_data, holdout=dict(holdout, part="held_out")))
   # The paper's few-shot transfer, locally: 10-shot ridge probes of the representation on
   # mnist5k and on scikit-learn's 8x8 digits (upsampled to 28x28), 3 draws each.
   train, test = ("train", "test") if not arg.runlocal else ("train[:300]", "test[:100]")

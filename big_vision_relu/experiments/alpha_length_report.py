@@ -1,0 +1,306 @@
+r"""The alpha-length study's report, redrawn from its archive (docs/alpha_length.md, section 6).
+
+    python -m big_vision_relu.experiments.alpha_length_report --archive results/alpha_length \
+        --out docs/alpha_length          # bash launch/study.sh alpha_length report
+
+Writes `<out>/results.md` (per length: each cell's validation score and test result over seeds,
+its distance from attention off and from softmax, the attention statistics at the start and the
+end; alpha*(L) with its bootstrap interval; the verdict by the pre-registered rule once a length's
+grid is complete; relu/L against softmax; the trivial baselines; the compute spent) and two
+figures: `accuracy_vs_alpha.png` and `alpha_star.png`. Everything is computed by
+`experiments.alpha_length`'s functions (the protocol's code) from the archived metrics.jsonl.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from absl import app, flags
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from big_vision_relu import metrics as metrics_lib
+from big_vision_relu.experiments import alpha_length as al
+
+ATTENTION_STATS = ("row_sum_mean", "attention_to_residual")
+CORE_HOURS = "core_hours"
+
+
+@dataclasses.dataclass(frozen=True)
+class Archived:
+  """One archived run of the grid."""
+  run: Any  # sweep.Run
+  result: al.RunResult
+  first: dict[str, float]  # the attention statistics at step 1 (the initialisation)
+  last: dict[str, float]  # ... at the last step
+  core_hours: float
+
+
+def _layer_stats(record: Mapping[str, Any]) -> dict[str, float]:
+  return {k.removeprefix("attention/"): float(v) for k, v in record.items()
+          if k.startswith("attention/layer") and k.rsplit("/", 1)[1] in ATTENTION_STATS}
+
+
+def collect(archive: pathlib.Path) -> list[Archived]:
+  """Every run of the grid that is archived and finished (its last step logged)."""
+  found = []
+  for patch in al.PATCH_TO_LENGTH:
+    for run in al.runs(patch):
+      path = archive / "runs" / run.run_id
+      if not (path / metrics_lib.JSONL_NAME).exists():
+        continue
+      records = metrics_lib.read_metrics(path)
+      rows = [dict(r, step=s) for s, r in records.items()]
+      with_stats = [s for s, r in records.items() if _layer_stats(r)]
+      hours = [r[CORE_HOURS] for r in records.values() if CORE_HOURS in r]
+      found.append(Archived(run, al.run_result(rows), _layer_stats(records[with_stats[0]]),
+                            _layer_stats(records[with_stats[-1]]), hours[-1] if hours else 0.0))
+  return found
+
+
+def _cell(run: Any) -> str:
+  attention = run.args["attention"]
+  return f"relu a{run.args['alpha']:g}" if attention == "relu" else attention
+
+
+def _by_cell(runs: Sequence[Archived], patch: int) -> dict[str, dict[int, Archived]]:
+  """cell name -> seed -> run, at one patch size, in the grid's cell order."""
+  cells: dict[str, dict[int, Archived]] = {}
+  for cell in al.cells(patch):
+    cells[_cell(al.GRID.run(**cell))] = {}
+  for item in runs:
+    if item.run.args["patch"] == patch:
+      cells[_cell(item.run)][item.run.args["seed"]] = item
+  return cells
+
+
+def _mean_se(values: Sequence[float]) -> str:
+  if not values:
+    return "-"
+  v = 100 * np.asarray(values, np.float64)
+  se = f" +- {v.std(ddof=1) / np.sqrt(len(v)):.2f}" if len(v) > 1 else ""
+  return f"{v.mean():.2f}{se} (n={len(v)})"
+
+
+def _paired(a: Mapping[int, Archived], b: Mapping[int, Archived]) -> str:
+  seeds = sorted(set(a) & set(b))
+  if len(seeds) < 2:
+    return "-"
+  test = al.paired_test([a[s].result.test_at_best for s in seeds],
+                        [b[s].result.test_at_best for s in seeds])
+  return f"{100 * test.mean:+.2f} [{100 * test.lower:+.2f}, {100 * test.upper:+.2f}]"
+
+
+def complete_accuracies(runs: Sequence[Archived]) -> al.Accuracies:
+  """L -> alpha -> per-seed validation score, for the lengths whose relu grid has every seed."""
+  accuracies = {}
+  for patch, length in al.PATCH_TO_LENGTH.items():
+    by_alpha = {}
+    for alpha in al.ALPHAS[length]:
+      seeds = {r.run.args["seed"]: r.result.val_best for r in runs
+               if r.run.args["patch"] == patch and r.run.args["attention"] == "relu"
+               and r.run.args["alpha"] == alpha}
+      by_alpha[alpha] = [seeds[s] for s in al.SEEDS if s in seeds]
+    if all(len(v) == len(al.SEEDS) for v in by_alpha.values()):
+      accuracies[length] = by_alpha
+  return accuracies
+
+
+def length_table(runs: Sequence[Archived], patch: int) -> list[str]:
+  """Markdown lines: one length's cells."""
+  length = al.PATCH_TO_LENGTH[patch]
+  cells = _by_cell(runs, patch)
+  lines = [f"### L = {length} (patch {patch})", "",
+           "| cell | val score (best val/prec@1) | test at the selected step | final test | "
+           "- attention off (test, 90% t) | - softmax (test, 90% t) | row sum, last layer "
+           "(start -> end) | attention / residual, last layer (start -> end) |",
+           "|---|---|---|---|---|---|---|---|"]
+  layer = None
+  for name, seeds in cells.items():
+    items = [seeds[s] for s in sorted(seeds)]
+    if layer is None and items:
+      layer = max(int(k.split("/")[0].removeprefix("layer")) for k in items[0].last)
+
+    def stat(key: str, items=items) -> str:
+      if not items or layer is None:
+        return "-"
+      first = np.mean([i.first.get(f"layer{layer}/{key}", np.nan) for i in items])
+      last = np.mean([i.last.get(f"layer{layer}/{key}", np.nan) for i in items])
+      return f"{first:.3f} -> {last:.3f}"
+    lines.append(
+        f"| {name} | {_mean_se([i.result.val_best for i in items])} | "
+        f"{_mean_se([i.result.test_at_best for i in items])} | "
+        f"{_mean_se([i.result.test_final for i in items])} | "
+        f"{_paired(seeds, cells['zero']) if name != 'zero' else ''} | "
+        f"{_paired(seeds, cells['softmax']) if name != 'softmax' else ''} | "
+        f"{stat('row_sum_mean')} | {stat('attention_to_residual')} |")
+  return lines + [""]
+
+
+def verdict_lines(runs: Sequence[Archived]) -> list[str]:
+  """Markdown lines: alpha*(L), the rule's verdict (interim with two lengths), relu/L - softmax."""
+  accuracies = complete_accuracies(runs)
+  lines = ["## alpha*(L) and the verdict", ""]
+  if len(accuracies) < 2:
+    return lines + [f"Not yet: complete grids at L = {sorted(accuracies) or 'none'}; the rule "
+                    "needs two lengths (interim) or three (final).", ""]
+  decision = al.decide(accuracies)
+  kind = "final" if len(accuracies) == len(al.PATCH_TO_LENGTH) else "interim"
+  for length, star in decision.stars.items():
+    lines.append(f"- L = {length}: alpha* = {star.alpha:.2f}"
+                 + (" (censored at the grid's end)" if star.censored else ""))
+  lines += ["", f"- slope of alpha* on ln L: {decision.slope:+.3f}, 90% bootstrap interval "
+            f"[{decision.interval[0]:+.3f}, {decision.interval[1]:+.3f}]; H1 predicts 0, H0 "
+            f"{decision.h0_slope:+.3f}",
+            f"- **{kind} verdict ({', '.join(map(str, sorted(accuracies)))}): "
+            f"{decision.verdict}** ({decision.reason})", ""]
+  return lines
+
+
+def relu_vs_softmax_lines(runs: Sequence[Archived]) -> list[str]:
+  lines = ["## relu/L (alpha 1) - softmax, test results, paired by seed (margin 1 point)", ""]
+  for patch, length in al.PATCH_TO_LENGTH.items():
+    cells = _by_cell(runs, patch)
+    relu, softmax = cells["relu a1"], cells["softmax"]
+    seeds = sorted(set(relu) & set(softmax))
+    if len(seeds) < len(al.SEEDS):
+      lines.append(f"- L = {length}: {len(seeds)} of {len(al.SEEDS)} seed pairs archived")
+      continue
+    t = al.paired_test([relu[s].result.test_at_best for s in seeds],
+                       [softmax[s].result.test_at_best for s in seeds])
+    verdict = ("better" if t.superior else "equivalent" if t.equivalent else
+               "non-inferior" if t.non_inferior else "not shown")
+    lines.append(f"- L = {length}: {100 * t.mean:+.2f} points (SE {100 * t.se:.2f}; 90% "
+                 f"[{100 * t.lower:+.2f}, {100 * t.upper:+.2f}]): {verdict}")
+  return lines + [""]
+
+
+def baseline_lines(archive: pathlib.Path) -> list[str]:
+  lines = ["## Trivial baselines (the same 55,000 / 5,000 / 10,000 images)", ""]
+  for patch, length in al.PATCH_TO_LENGTH.items():
+    path = archive / "baselines" / f"p{patch}.json"
+    if not path.exists():
+      lines.append(f"- L = {length}: not computed (python -m "
+                   "big_vision_relu.experiments.baselines, docs/alpha_length.md)")
+      continue
+    b = json.loads(path.read_text())
+    inits = [v for k, v in b.items() if "/random_init/" in k and k.endswith("/10shot_avg")]
+    lines.append(
+        f"- L = {length}: pixel 1-NN val {b.get('val/pixel_1nn', float('nan')):.4f}, test "
+        f"{b.get('test/pixel_1nn', float('nan')):.4f}; pixel ridge val "
+        f"{b.get('val/pixel_ridge', float('nan')):.4f}, test "
+        f"{b.get('test/pixel_ridge', float('nan')):.4f}; 10-shot transfer: raw pixels "
+        f"{b.get('fewshot/pixels/10shot_avg', float('nan')):.3f}, random init "
+        f"{np.mean(inits) if inits else float('nan'):.3f}")
+  return lines + [""]
+
+
+def plot_accuracy(runs: Sequence[Archived]) -> Figure:
+  """Validation score and test result against alpha, one panel per length; softmax and
+  attention off as horizontal lines (seed means, bars +- 1 SE)."""
+  figure = Figure(figsize=(4 * len(al.PATCH_TO_LENGTH), 3.4), layout="constrained")
+  FigureCanvasAgg(figure)
+  axes = figure.subplots(1, len(al.PATCH_TO_LENGTH), squeeze=False)[0]
+  for ax, (patch, length) in zip(axes, al.PATCH_TO_LENGTH.items()):
+    cells = _by_cell(runs, patch)
+    for key, style, label in (("val_best", "o-", "validation score"),
+                              ("test_at_best", "s--", "test at the selected step")):
+      xs, ys, es = [], [], []
+      for alpha in al.ALPHAS[length]:
+        values = [getattr(i.result, key) for i in cells[f"relu a{alpha:g}"].values()]
+        if values:
+          xs.append(alpha)
+          ys.append(100 * np.mean(values))
+          es.append(100 * np.std(values, ddof=1) / np.sqrt(len(values)) if len(values) > 1
+                    else 0)
+      if xs:
+        ax.errorbar(xs, ys, yerr=es, fmt=style, capsize=3, label=f"relu, {label}")
+    for name, color in (("softmax", "black"), ("zero", "gray")):
+      values = [i.result.test_at_best for i in cells[name].values()]
+      if values:
+        ax.axhline(100 * np.mean(values), color=color, linestyle=":",
+                   label=f"{'attention off' if name == 'zero' else name}, test")
+    ax.set_title(f"L = {length} (patch {patch})")
+    ax.set_xlabel(r"$\alpha$ (weights $L^{-\alpha}$ relu$(q\cdot k/\sqrt{d})$)")
+    ax.set_ylabel("accuracy (%)")
+  if axes[0].get_legend_handles_labels()[0]:
+    axes[0].legend(fontsize=7)
+  return figure
+
+
+def _bootstrap_stars(by_alpha: Mapping[float, Sequence[float]]) -> np.ndarray:
+  """alpha* of one length over the protocol's bootstrap resamples of its seeds."""
+  rng = np.random.Generator(np.random.PCG64(al.BOOTSTRAP_SEED))
+  grid = sorted(by_alpha)
+  table = np.asarray([by_alpha[a] for a in grid], np.float64)  # [alphas, seeds]
+  return np.asarray([
+      al.alpha_star(grid, table[:, rng.integers(0, table.shape[1], table.shape[1])].mean(1)).alpha
+      for _ in range(al.BOOTSTRAP_SAMPLES)])
+
+
+def plot_alpha_star(runs: Sequence[Archived]) -> Figure:
+  """alpha*(L) (seed means; bars: the 5-95% bootstrap range per length) against ln L, with H1's
+  constant and H0's K / ln L through the point estimates."""
+  figure = Figure(figsize=(4.5, 3.4), layout="constrained")
+  FigureCanvasAgg(figure)
+  ax = figure.subplots()
+  accuracies = complete_accuracies(runs)
+  if accuracies:
+    lengths = sorted(accuracies)
+    stars = al.alpha_stars(accuracies)
+    points = np.asarray([stars[n].alpha for n in lengths])
+    ranges = np.asarray([np.percentile(_bootstrap_stars(accuracies[n]), [5, 95])
+                         for n in lengths])
+    x = np.log(lengths)
+    ax.errorbar(x, points, yerr=[points - ranges[:, 0], ranges[:, 1] - points], fmt="o",
+                capsize=3, color="black", label=r"$\alpha^*(L)$, 5-95% bootstrap")
+    grid = np.linspace(np.log(12), np.log(260), 50)
+    inv = 1 / x
+    k = float(np.sum(inv * points) / np.sum(inv ** 2))
+    ax.plot(grid, np.full_like(grid, points.mean()), "--", label=r"H1: $\alpha^*$ constant")
+    ax.plot(grid, k / grid, ":", label=r"H0: $\alpha^* = K / \ln L$")
+  ax.set_xlabel(r"$\ln L$")
+  ax.set_ylabel(r"$\alpha^*$")
+  ax.set_title("the best alpha against the sequence length")
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(fontsize=7)
+  return figure
+
+
+def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
+  """Writes results.md and the figures into `out`; returns results.md's path."""
+  runs = collect(archive)
+  planned = sum(len(al.runs(p)) for p in al.PATCH_TO_LENGTH)
+  out.mkdir(parents=True, exist_ok=True)
+  lines = ["# The alpha-length study: results", "",
+           f"Redrawn from `{archive}` by `bash launch/study.sh alpha_length report`: {len(runs)} "
+           f"of {planned} runs archived, {sum(r.core_hours for r in runs):.1f} core hours. The "
+           "protocol, its rule and what each column means: docs/alpha_length.md. Accuracies in "
+           "%, seed means +- SE; differences in points, seed-paired, with 90% t intervals.", ""]
+  for patch in al.PATCH_TO_LENGTH:
+    lines += length_table(runs, patch)
+  lines += verdict_lines(runs) + relu_vs_softmax_lines(runs) + baseline_lines(archive)
+  lines += ["![accuracy against alpha](accuracy_vs_alpha.png)", "",
+            "![alpha* against ln L](alpha_star.png)", ""]
+  for name, figure in (("accuracy_vs_alpha.png", plot_accuracy(runs)),
+                       ("alpha_star.png", plot_alpha_star(runs))):
+    figure.savefig(out / name, dpi=110)
+  path = out / "results.md"
+  path.write_text("\n".join(lines))
+  return path
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  print(write(pathlib.Path(FLAGS.archive), pathlib.Path(FLAGS.out)))
+
+
+if __name__ == "__main__":
+  FLAGS = flags.FLAGS
+  flags.DEFINE_string("archive", "results/alpha_length", "The study's archive.")
+  flags.DEFINE_string("out", "docs/alpha_length", "Where results.md and the figures go.")
+  app.run(main)

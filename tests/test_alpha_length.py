@@ -1,0 +1,216 @@
+"""The alpha-length study (docs/alpha_length.md): its validation split, its grid and run order,
+and its pre-registered estimator, decision rule and paired tests against independent
+references (scipy, numpy polyfit over the exact parabola, hand-computed cases)."""
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from big_vision_relu.data import holdout
+from big_vision_relu.data import input_pipeline
+from big_vision_relu.experiments import alpha_length as al
+from big_vision_relu.experiments import run_status, study, sweep
+
+EVAL_PP = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
+
+
+# ----------------------------------------------------------------------------- the holdout
+
+def test_select_is_stratified_disjoint_and_fixed_by_its_seed():
+  labels = np.random.default_rng(1).integers(0, 7, 1000)
+  chosen = holdout.select(labels, 100, seed=3)
+  assert len(chosen) == 100 and len(set(chosen.tolist())) == 100
+  assert np.all(np.diff(chosen) > 0)
+  counts, sizes = np.bincount(labels[chosen], minlength=7), np.bincount(labels, minlength=7)
+  # Every class within one example of its proportional share, the total exact.
+  assert np.all(np.abs(counts - 100 * sizes / 1000) < 1)
+  np.testing.assert_array_equal(chosen, holdout.select(labels, 100, seed=3))
+  assert not np.array_equal(chosen, holdout.select(labels, 100, seed=4))
+  rest = holdout.records(labels, dict(num_examples=100, seed=3, part="rest"))
+  np.testing.assert_array_equal(np.sort(np.concatenate([rest, chosen])), np.arange(1000))
+  np.testing.assert_array_equal(
+      holdout.records(labels, dict(num_examples=100, seed=3, part="held_out")), chosen)
+
+
+def test_equal_classes_split_exactly():
+  labels = np.repeat(np.arange(10), 600)  # Fashion-MNIST's balance, at a tenth of its size
+  assert np.bincount(labels[holdout.select(labels, 500, seed=0)]).tolist() == [50] * 10
+  assert holdout.part_size(6000, dict(num_examples=500, seed=0, part="rest")) == 5500
+
+
+@pytest.mark.parametrize("spec,message", [
+    (dict(num_examples=10, seed=0), "missing"),
+    (dict(num_examples=10, seed=0, part="val"), "part"),
+    (dict(num_examples=0, seed=0, part="rest"), "positive"),
+    (dict(num_examples=10, seed=-1, part="rest"), "seed"),
+    ([10, 0, "rest"], "must be dict"),
+])
+def test_bad_holdout_specs_say_what_to_set(spec, message):
+  with pytest.raises(ValueError, match=message):
+    holdout.check_spec("input.data.holdout", spec)
+
+
+def test_a_holdout_as_large_as_its_split_is_refused():
+  with pytest.raises(ValueError, match="smaller than the split"):
+    holdout.part_size(100, dict(num_examples=100, seed=0, part="rest"))
+
+
+def _digest(image):
+  return hashlib.sha256(np.ascontiguousarray(image).tobytes()).hexdigest()
+
+
+def test_the_pipeline_reads_the_parts_the_selection_names(offline_data_dir):
+  """Eval batches of the held-out part are the whole split's records at `holdout.select`'s
+  numbers (read independently, in order); one epoch of training batches over the rest is
+  every other record once."""
+  whole = dict(name="mnist5k", split="train", data_dir=offline_data_dir)
+  spec = dict(num_examples=400, seed=5)
+  batches = list(input_pipeline.eval_batches(whole, EVAL_PP, 500, process_index=0,
+                                             process_count=1))
+  images = np.concatenate([b["image"][b["_mask"]] for b in batches])
+  labels = np.concatenate([b["labels"][b["_mask"]] for b in batches]).argmax(-1)
+  numbers = holdout.select(labels, **spec)
+  held_out = dict(whole, holdout=dict(spec, part="held_out"))
+  got = list(input_pipeline.eval_batches(held_out, EVAL_PP, 500, process_index=0,
+                                         process_count=1))
+  np.testing.assert_array_equal(np.concatenate([b["image"][b["_mask"]] for b in got]),
+                                images[numbers])
+  rest = dict(whole, holdout=dict(spec, part="rest"))
+  stream = input_pipeline.training_batches(rest, EVAL_PP, 400, seed=0, process_index=0,
+                                           process_count=1)
+  try:
+    seen = [_digest(x) for _ in range(9) for x in next(stream)["image"]]  # 3,600 = one epoch
+  finally:
+    stream.close()
+  expected = [_digest(x) for i, x in enumerate(images) if i not in set(numbers.tolist())]
+  assert sorted(seen) == sorted(expected)
+
+
+# ----------------------------------------------------------------------------- grid and order
+
+def test_the_grid_and_its_order():
+  planned = study.plan(al.PHASES)
+  assert len(planned) == 3 * (2 * 9 + 7)  # 16 and 49: 7 alphas + 2 controls; 196: 5 + 2
+  first = planned[:9]
+  assert {p.run.args["patch"] for p in first} == {7} and {p.run.args["seed"] for p in first} == {0}
+  assert [p.run.args["patch"] for p in planned] == sorted(
+      (p.run.args["patch"] for p in planned), reverse=True)  # L = 16, then 49, then 196
+  for item in planned:
+    config = sweep.load_config(item.run)
+    assert config.input.data.holdout.to_dict() == dict(num_examples=5000, seed=0, part="rest")
+    assert config.evals.val.data.holdout.part == "held_out"
+    assert config.total_epochs == 40
+    # The study's total steps are known without the data (study.check_totals_known).
+    assert run_status.total_steps(config.to_dict()) == -(-40 * 55_000 // 128)
+
+
+# ----------------------------------------------------------------------------- the rule
+
+def test_run_result_selects_on_validation_only():
+  rows = [{"step": 1, "val/prec@1": 0.5, "test/prec@1": 0.9},
+          {"step": 10, "val/prec@1": 0.8, "test/prec@1": 0.7},
+          {"step": 15, "training_loss": 0.1},
+          {"step": 20, "val/prec@1": 0.8, "test/prec@1": 0.6}]
+  result = al.run_result(rows)
+  assert (result.val_best, result.step_best, result.test_at_best) == (0.8, 10, 0.7)
+  assert result.test_final == 0.6 and result.evaluations == 3
+
+
+def test_alpha_star_is_the_parabolas_vertex():
+  alphas = (0.0, 0.5, 1.0, 1.5, 2.0)
+  truth = lambda a: 0.9 - 0.02 * (a - 1.3) ** 2  # noqa: E731
+  star = al.alpha_star(alphas, [truth(a) for a in alphas])
+  assert star.alpha == pytest.approx(1.3) and not star.censored
+  # Unevenly spaced points: the vertex of numpy's exact parabola through the three.
+  alphas = (0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+  y = [0.80, 0.85, 0.88, 0.89, 0.885, 0.87, 0.86]
+  c2, c1, _ = np.polyfit([0.75, 1.0, 1.25], [0.88, 0.89, 0.885], 2)
+  assert al.alpha_star(alphas, y).alpha == pytest.approx(-c1 / (2 * c2))
+  assert al.alpha_star(alphas, sorted(y)) == al.AlphaStar(2.0, censored=True)
+
+
+def test_slopes_of_the_two_hypotheses():
+  lengths = (16, 49, 196)
+  assert al.slope(lengths, (1.0, 1.0, 1.0)) == pytest.approx(0.0)
+  ols = scipy.stats.linregress(np.log(lengths), (1.4, 1.0, 0.74)).slope
+  assert al.slope(lengths, (1.4, 1.0, 0.74)) == pytest.approx(ols)
+  # H0's curve K / ln L through alpha* = 1 at L = 49: its slope, and the predictions the
+  # protocol quotes (1.40 at L = 16, 0.74 at L = 196).
+  k = np.log(49)
+  assert k / np.log(16) == pytest.approx(1.40, abs=0.005)
+  assert k / np.log(196) == pytest.approx(0.74, abs=0.005)
+  exact = scipy.stats.linregress(np.log(lengths), k / np.log(lengths)).slope
+  assert al.h0_slope(lengths, k / np.log(lengths)) == pytest.approx(exact)
+
+
+def _accuracies(stars, noise, seeds=3, seed=0):
+  rng = np.random.default_rng(seed)
+  return {n: {a: list(0.9 - 0.03 * (a - s) ** 2 + noise * rng.standard_normal(seeds))
+              for a in al.ALPHAS[n]} for n, s in stars.items()}
+
+
+def test_the_rule_can_return_each_verdict():
+  h1 = al.decide(_accuracies({16: 1.0, 49: 1.0, 196: 1.0}, 1e-5), samples=200)
+  assert h1.verdict == "supports H1", h1
+  k = np.log(49)  # H0 exactly: alpha* = K / ln L
+  h0 = al.decide(_accuracies({n: k / np.log(n) for n in (16, 49, 196)}, 1e-5), samples=200)
+  assert h0.verdict == "supports H0", h0
+  # Precise data that follow neither hypothesis (alpha* rising with L): both are excluded.
+  neither = al.decide(_accuracies({16: 0.8, 49: 1.0, 196: 1.3}, 1e-5), samples=200)
+  assert neither.verdict == "inconclusive" and "neither" in neither.reason
+  noisy = al.decide(_accuracies({16: 1.2, 49: 1.0}, 0.05), samples=200)
+  assert noisy.verdict == "inconclusive"
+  edge = al.decide(_accuracies({16: 3.0, 49: 1.0}, 1e-5), samples=50)
+  assert edge.verdict == "inconclusive" and "grid end" in edge.reason
+
+
+def test_paired_test_against_scipy():
+  a, b = [0.905, 0.899, 0.902], [0.901, 0.900, 0.895]
+  got = al.paired_test(a, b)
+  d = np.subtract(a, b)
+  t = scipy.stats.t.ppf(0.95, len(d) - 1)
+  se = scipy.stats.sem(d)
+  assert got.mean == pytest.approx(d.mean()) and got.se == pytest.approx(se)
+  assert got.lower == pytest.approx(d.mean() - t * se, abs=1e-6)
+  assert got.non_inferior and not got.superior
+  assert got.equivalent == (got.upper < al.MARGIN)
+  for df, quantile in al.T_95.items():
+    assert quantile == pytest.approx(scipy.stats.t.ppf(0.95, df), abs=1e-4)
+  assert not al.paired_test([0.88, 0.87, 0.875], [0.90, 0.90, 0.90]).non_inferior
+
+
+# ----------------------------------------------------------------------------- the report
+
+def _write_run(archive, run, val, test, stats=0.5):
+  """An archived run whose val/test curves peak at `val`/`test` at step 100, then fall."""
+  path = archive / "runs" / run.run_id
+  path.mkdir(parents=True)
+  layer = {f"attention/layer{i}/{k}": stats for i in range(4)
+           for k in ("row_sum_mean", "attention_to_residual")}
+  rows = [dict(step=1, **{"val/prec@1": 0.1, "test/prec@1": 0.1}, **layer),
+          dict(step=100, **{"val/prec@1": val, "test/prec@1": test}),
+          dict(step=200, **{"val/prec@1": val - 0.01, "test/prec@1": test - 0.02,
+                            "core_hours": 0.5}, **layer)]
+  (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_the_report_redraws_the_interim_verdict_from_an_archive(tmp_path):
+  from big_vision_relu.experiments import alpha_length_report as report
+  rng = np.random.default_rng(0)
+  for patch in (7, 4):  # two complete lengths: the interim verdict
+    for run in al.runs(patch):
+      a = run.args
+      val = (0.9 - 0.03 * (a["alpha"] - 1.0) ** 2 if a["attention"] == "relu"
+             else 0.89 if a["attention"] == "softmax" else 0.85) + 1e-5 * rng.standard_normal()
+      _write_run(tmp_path, run, val, val - 0.002)
+  path = report.write(tmp_path, tmp_path / "out")
+  text = path.read_text()
+  assert "54 of 75 runs archived, 27.0 core hours" in text
+  assert "**interim verdict (16, 49): supports H1**" in text
+  assert "L = 16: alpha* = 1.00" in text and "L = 196 (patch 2)" in text
+  # relu/L (0.898 test) - softmax (0.888): +1.00 point on every seed: "better".
+  assert "L = 49: +1.00 points" in text and ": better" in text
+  assert (tmp_path / "out" / "accuracy_vs_alpha.png").stat().st_size > 10_000
+  assert (tmp_path / "out" / "alpha_star.png").stat().st_size > 10_000
