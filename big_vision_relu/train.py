@@ -1,4 +1,4 @@
-r"""Trains a ViT: one jitted update step over a device mesh; orbax checkpoints; clu metrics.
+r"""Trains a ViT: one jitted update step over a device mesh; orbax checkpoints; metrics.jsonl.
 
     python -m big_vision_relu.train --config configs/local/mnist_relu.py --workdir /tmp/run
 
@@ -18,7 +18,9 @@ process dies, the others exit with status 75 and one line naming the checkpoint 
 (a multi-process run trains in a forked child, watched by the process started: multihost.py).
 
 The workdir gets config.json, data_dir.json (the TFDS data dir it read), checkpoints/ (orbax),
-metrics.jsonl and TensorBoard events.
+metrics.jsonl and, where clu is installed, TensorBoard events. With
+`config.input.pipeline='memory'` (e.g. `fmnist_vit.py:input=memory`) neither TensorFlow nor clu is
+needed (docs/gpu.md).
 """
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ from big_vision_relu import multihost as multihost_lib
 from big_vision_relu import preemption
 from big_vision_relu import run as run_lib
 from big_vision_relu import workdir_config
-from big_vision_relu.data import input_pipeline
+from big_vision_relu.data import batching
+from big_vision_relu.data import inputs
 from big_vision_relu.models import vit
 
 def train(config: ml_collections.ConfigDict, workdir: str,
@@ -111,10 +114,9 @@ def _train(run: run_lib.Setup, workdir: str, config_json: str,
       state["params"] = jax.device_put(params, state_shardings["params"])
 
   update = run.update
-  batches = input_pipeline.training_batches(
-      config.input.data, config.input.pp, batch_size, seed=config.seed, start_step=start_step,
-      process_index=jax.process_index(), process_count=jax.process_count(),
-      prefetch=config.input.prefetch)
+  batches = inputs.training_batches(config.input, seed=config.seed, start_step=start_step,
+                                   process_index=jax.process_index(),
+                                   process_count=jax.process_count())
   writer = metrics_lib.MetricWriter(workdir)
   # The paper's unit is the TensorCore: on v4 / v5p one device is a chip of two.
   cores = jax.device_count() * metrics_lib.tensorcores_per_device(jax.devices()[0].device_kind)
@@ -148,9 +150,7 @@ def _train(run: run_lib.Setup, workdir: str, config_json: str,
   try:
     with preemption.SigtermHandler():  # already entered by train(); harmless
       for step in range(start_step + 1, steps["total"] + 1):
-        host_batch = next(batches)
-        batch = input_pipeline.make_global_batch(
-            {k: host_batch[k] for k in ("image", "labels")}, mesh, run_lib.DATA_AXIS)
+        batch = batching.make_global_batch(next(batches), mesh, run_lib.DATA_AXIS)
         # The step's inputs are all device arrays: a stray numpy array or Python value reaching
         # it would fail here instead of silently transferring (on a pod, serialising the step).
         with jax.transfer_guard("disallow"):

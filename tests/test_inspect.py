@@ -123,7 +123,7 @@ def test_evaluator_equals_the_full_statistics(offline_data_dir, scan, pool_type)
   # Built as the trainer builds it: the registry hands it the model.
   evaluator, = registry.from_config(
       {"attention": config}, model=model, mesh=sharding.make_mesh([("data", -1)]),
-      data_axis="data", total_steps=1, steps_per_epoch=1.0, train_batch_size=8,
+      data_axis="data", pipeline="tfds", total_steps=1, steps_per_epoch=1.0, train_batch_size=8,
       default_loss="sigmoid_xent")
   got = evaluator.run(params)
   assert got["num_examples"] == 24  # 20 rounded up to whole batches of 8

@@ -1,8 +1,9 @@
 """Finding TFDS datasets: offline ones are built on first use, all others must be prepared.
 
 `get_builder(name, data_dir)` never touches the network: the offline datasets of
-`builders.py` are prepared from installed packages, and `fashion_mnist_local` from the IDX files
-of Debian's `dataset-fashion-mnist` (`fashion_mnist.py`); any other dataset that is not already
+`builders.py` are prepared from local files (mnist5k, digits: shipped in this package;
+`fashion_mnist_local`: the IDX files
+of Debian's `dataset-fashion-mnist`, `fashion_mnist.py`); any other dataset that is not already
 prepared in the data dir raises `DatasetNotPreparedError` at once (instead of TFDS's
 multi-minute download attempts), saying where it looked and how to prepare it.
 
@@ -116,23 +117,6 @@ def get_builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuil
         f"{builder.data_dir}); this project never downloads during training. Pass data_dir / "
         f"set TFDS_DATA_DIR to where it is prepared, or prepare it. {how}")
   return builder
-
-
-def required_datasets(config: Mapping[str, Any]) -> list[tuple[str, str | None]]:
-  """(name, data_dir) of every dataset a training config reads, in config order, once each:
-  `input.data`, each `evals.<name>.data`, and each few-shot evaluator's `datasets` (with its
-  `data_dir`)."""
-  found: dict[tuple[str, str | None], None] = {}
-  data = (config.get("input") or {}).get("data")
-  if data and data.get("name"):
-    found[(data["name"], data.get("data_dir"))] = None
-  for evaluator in (config.get("evals") or {}).values():
-    data = evaluator.get("data")
-    if data and data.get("name"):
-      found[(data["name"], data.get("data_dir"))] = None
-    for spec in (evaluator.get("datasets") or {}).values():
-      found[(spec[0], evaluator.get("data_dir"))] = None
-  return list(found)
 
 
 def check_prepared(names: Sequence[tuple[str, str | None]]) -> None:

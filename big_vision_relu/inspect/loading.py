@@ -76,8 +76,9 @@ def load_run(workdir: str | epath.PathLike, step: int | None = None) -> Run:
   errors = []
   for candidate in candidates:
     try:
-      params = checkpoint_lib.read_params(epath.Path(workdir) / "checkpoints" / str(candidate),
-                                          device)  # not the optimizer state
+      params = checkpoint_lib.read_params(  # not the optimizer state
+          epath.Path(workdir) / "checkpoints" / str(candidate),
+          lambda abstract: jax.tree.map(lambda _: device, abstract))
     except (ValueError, OSError) as e:
       if step is not None:
         raise
