@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# A study (big_vision_relu.experiments.study) in the background, resumable: the Fashion-MNIST
-# study (docs/reproduction.md), the MNIST-5k one, or the alpha-length one (docs/alpha_length.md). Re-run the same command to resume after a
-# stop, a reboot or on a fresh checkout.
+# A study (big_vision_relu.experiments.study) in the background, resumable: PLAN is a unit of
+# big_vision_relu/experiments/studies/ (fmnist: the Fashion-MNIST study, docs/reproduction.md;
+# repro: the MNIST-5k one; alpha_length: docs/alpha_length.md). Re-run the same command to
+# resume after a stop, a reboot or on a fresh checkout.
 #
 #   bash launch/study.sh fmnist              # start / resume in the background
 #   bash launch/study.sh fmnist status       # per-phase progress; started runs' checkpoint steps
-#   bash launch/study.sh fmnist park         # copies the unarchived runs' newest checkpoints to
+#   bash launch/study.sh fmnist park         # packs the unarchived runs' newest checkpoints into
 #                                            # ARCHIVE/parked; the study trains on
 #   bash launch/study.sh fmnist stop         # trainers checkpoint and exit; waits for it, then
 #                                            # parks as 'park' does
-#   bash launch/study.sh fmnist report       # tables, figures, verdicts -> docs/fmnist/
-#                                            # (alpha_length: results.md, figures -> docs/alpha_length/)
+#   bash launch/study.sh fmnist report       # tables, figures, verdicts -> the study's docs
 #
 # ROOT (default workdirs/<plan>) holds the runs' workdirs (checkpoints), ROOT/study.log and, for
 # a pinned study, ROOT/code: a git worktree at the study's commit, which the trainers run from.
@@ -22,35 +22,33 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PLAN="${1:-}"
-# Per plan: the datasets its runs read, the Debian packages that hold their files, its sweep
-# files and where its report goes.
-case "$PLAN" in
-  fmnist) DATASETS=mnist5k,digits,fashion_mnist_local DATA_PACKAGES=dataset-fashion-mnist
-          SWEEP_DIR=configs/study DOCS=docs/fmnist ;;
-  repro) DATASETS=mnist5k,digits DATA_PACKAGES='' SWEEP_DIR=configs/repro DOCS=docs/reproduction ;;
-  alpha_length) DATASETS=mnist5k,digits,fashion_mnist_local DATA_PACKAGES=dataset-fashion-mnist
-                SWEEP_DIR=configs/alpha_length DOCS=docs/alpha_length ;;
-  *) echo "usage: bash launch/study.sh fmnist|repro|alpha_length [start|status|park|stop|report]" >&2
-     exit 2 ;;
-esac
-ROOT="${ROOT:-workdirs/$PLAN}"
-ARCHIVE="${ARCHIVE:-results/$PLAN}"
 PY=.venv/bin/python
 if [ ! -x "$PY" ]; then
   "${PYTHON:-python3}" -m venv .venv
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -e .
 fi
+usage() {
+  plans="$("$PY" -c 'from big_vision_relu.experiments import plans; print("|".join(plans.names()))')"
+  echo "usage: bash launch/study.sh $plans [start|status|park|stop|report]" >&2
+  exit 2
+}
+[ -n "$PLAN" ] || usage
+ROOT="${ROOT:-workdirs/$PLAN}"
+ARCHIVE="${ARCHIVE:-results/$PLAN}"
+STUDY=("$PY" -m big_vision_relu.experiments.study --plan "$PLAN" --root "$ROOT"
+       --archive "$ARCHIVE")
+# The plan's DATASETS, DATA_PACKAGES (the Debian packages with their files) and PINNED.
+settings="$("${STUDY[@]}" --settings)" || usage
+eval "$settings"
 PIN=()
-if [ "$PLAN" != repro ]; then  # the MNIST-5k study finished before studies were pinned
+if [ "$PINNED" = true ]; then
   if [ -f "$ARCHIVE/study.json" ]; then
     COMMIT="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["commit"])' \
       "$ARCHIVE/study.json")"
   fi
   PIN=(--commit "${COMMIT:-$(git rev-parse HEAD)}")
 fi
-STUDY=("$PY" -m big_vision_relu.experiments.study --plan "$PLAN" --root "$ROOT"
-       --archive "$ARCHIVE")
 mkdir -p "$ROOT"
 case "${2:-start}" in
   start)
@@ -69,22 +67,8 @@ print(provenance.transparent_hugepages())')"
         "same results (docs/benchmarks.md section 3); as root:" \
         "echo always > /sys/kernel/mm/transparent_hugepage/enabled"
     fi
-    GATE=()
-    if [ "$PLAN" = fmnist ]; then
-      # The pre-registered rule: no phase after the calibration until the recipe is accepted.
-      status=0
-      "$PY" -m big_vision_relu.experiments.fmnist_report --archive "$ARCHIVE" \
-        --check_calibration || status=$?
-      if [ "$status" = 3 ]; then
-        phases="$("$PY" -c 'from big_vision_relu.experiments import fmnist
-print(",".join(map(str, fmnist.CALIBRATION_PHASES)))')"
-        GATE=(--phases "$phases")
-        echo "recipe not accepted (yet): only the calibration phases $phases run"
-      elif [ "$status" != 0 ]; then
-        exit "$status"
-      fi
-    fi
-    nohup "${STUDY[@]}" "${PIN[@]}" "${GATE[@]}" >> "$ROOT/study.log" 2>&1 &
+    # The study trains only the phases its plan's rules let train now (its log says which).
+    nohup "${STUDY[@]}" "${PIN[@]}" >> "$ROOT/study.log" 2>&1 &
     echo "study running as pid $! (log: $ROOT/study.log; 'bash launch/study.sh $PLAN status')"
     ;;
   status)
@@ -112,21 +96,12 @@ print(",".join(map(str, fmnist.CALIBRATION_PHASES)))')"
     "${STUDY[@]}" --park
     ;;
   report)
-    if [ "$PLAN" = alpha_length ]; then
-      exec "$PY" -m big_vision_relu.experiments.alpha_length_report --archive "$ARCHIVE" \
-        --out "$DOCS"
-    fi
-    SWEEPS=()
-    for f in "$SWEEP_DIR"/fig[1-4].py; do
-      SWEEPS+=(--sweep "$f")
-    done
-    "$PY" -m big_vision_relu.experiments.report --root "$ARCHIVE" --out "$DOCS" "${SWEEPS[@]}"
-    if [ "$PLAN" = fmnist ]; then
-      "$PY" -m big_vision_relu.experiments.fmnist_report --archive "$ARCHIVE" --out "$DOCS"
-    fi
+    # The plan's figures' tables and figures, then its own report (verdicts), into DOCS
+    # (default: the plan's docs directory).
+    "$PY" -m big_vision_relu.experiments.report --plan "$PLAN" --root "$ARCHIVE" \
+      ${DOCS:+--out "$DOCS"}
     ;;
   *)
-    echo "usage: bash launch/study.sh fmnist|repro|alpha_length [start|status|park|stop|report]" >&2
-    exit 2
+    usage
     ;;
 esac

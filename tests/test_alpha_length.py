@@ -10,8 +10,9 @@ import scipy.stats
 
 from big_vision_relu.data import holdout
 from big_vision_relu.data import input_pipeline
-from big_vision_relu.experiments import alpha_length as al
-from big_vision_relu.experiments import run_status, study, sweep
+from big_vision_relu.experiments import run_status, sweep
+from big_vision_relu.experiments.studies import alpha_length
+from big_vision_relu.experiments.studies.alpha_length import protocol as al
 
 EVAL_PP = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
 
@@ -91,7 +92,7 @@ def test_the_pipeline_reads_the_parts_the_selection_names(offline_data_dir):
 # ----------------------------------------------------------------------------- grid and order
 
 def test_the_grid_and_its_order():
-  planned = study.plan(al.PHASES)
+  planned = alpha_length.PLAN.runs()
   assert len(planned) == 3 * (2 * 9 + 7)  # 16 and 49: 7 alphas + 2 controls; 196: 5 + 2
   first = planned[:9]
   assert {p.run.args["patch"] for p in first} == {7} and {p.run.args["seed"] for p in first} == {0}
@@ -197,7 +198,7 @@ def _write_run(archive, run, val, test, stats=0.5):
 
 
 def test_the_report_redraws_the_interim_verdict_from_an_archive(tmp_path):
-  from big_vision_relu.experiments import alpha_length_report as report
+  from big_vision_relu.experiments.studies.alpha_length import report
   rng = np.random.default_rng(0)
   for patch in (7, 4):  # two complete lengths: the interim verdict
     for run in al.runs(patch):

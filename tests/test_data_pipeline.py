@@ -175,6 +175,6 @@ def test_one_check_lists_every_missing_dataset_with_its_command(tmp_path):
   assert message.startswith(f"{len(names)} of the {len(names) + 1} datasets")
   for name, _ in names:
     assert f"Dataset {name!r} is not prepared" in message
-  assert "python -m big_vision_relu.data.imagenet21k --data_dir=" in message
+  assert "python -m big_vision_relu.data.imagenet21k --release=fall2011 --data_dir=" in message
   assert (f"python -m big_vision_relu.data.prepare --datasets=cars196 "
           f"--manual_dir=DIR_WITH_THE_FILES --data_dir={data_dir}") in message

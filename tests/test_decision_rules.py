@@ -5,8 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from big_vision_relu.experiments import decision_rules as rules
-from big_vision_relu.experiments import fmnist, fmnist_report, fmnist_results
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
+from big_vision_relu.experiments.studies.fmnist import report as fmnist_report
+from big_vision_relu.experiments.studies.fmnist import results as fmnist_results
+from big_vision_relu.experiments.studies.fmnist import rules
 
 
 @pytest.mark.parametrize("deltas, expected", [

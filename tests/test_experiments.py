@@ -30,7 +30,10 @@ def test_the_library_never_imports_experiments():
 
 
 def test_the_study_loads_no_matplotlib():
+  """Nor does any study's plan (a study's report module is imported only to report)."""
   code = ("import sys, big_vision_relu.experiments.study\n"
+          "from big_vision_relu.experiments import plans\n"
+          "for name in plans.names(): plans.load(name)\n"
           "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))")
   done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                         check=True, timeout=300)

@@ -14,9 +14,13 @@ from conftest import ROOT
 
 from big_vision_relu import config as config_lib
 from big_vision_relu.data import datasets, fashion_mnist
-from big_vision_relu.experiments import (fmnist, fmnist_recipe, fmnist_report, fmnist_results,
-                                         provenance, study)
+from big_vision_relu.experiments import archive as archive_lib
+from big_vision_relu.experiments import plans, provenance, study
 from big_vision_relu.experiments import sweep as sweep_lib
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
+from big_vision_relu.experiments.studies.fmnist import recipe as fmnist_recipe
+from big_vision_relu.experiments.studies.fmnist import report as fmnist_report
+from big_vision_relu.experiments.studies.fmnist import results as fmnist_results
 
 SWEEPS = [f"configs/study/{name}.py"
           for name in ("calibration", "held_out", "fig1", "fig2", "fig3", "fig4",
@@ -29,7 +33,7 @@ def _in_repo(monkeypatch):
 
 
 def test_plan_trains_every_run_once_phase_a_and_calibration_first():
-  planned = study.plan(fmnist.PHASES)
+  planned = plans.plan(fmnist.SWEEPS, fmnist.PHASES)
   every = {r.run_id for path in SWEEPS for r in sweep_lib.load_sweep(path)}
   assert {p.run.run_id for p in planned} == every
   assert len(planned) == len(every) == 79
@@ -65,8 +69,7 @@ def test_plan_trains_every_run_once_phase_a_and_calibration_first():
       for alpha in (0.0, 1.0)]
   # Figure 3's qk-LN-on and Figure 4's ungated runs are Figure 2's: one run, several sweeps.
   shared = next(p for p in planned if p.run == fmnist.run(attention="relu2", alpha=1.5))
-  assert set(shared.sweeps) == {"configs/study/fig2.py", "configs/study/fig3.py",
-                                "configs/study/fig4.py"}
+  assert set(shared.sweeps) == {"fig2", "fig3", "fig4"}
   study.check_totals_known(planned)  # the study never guesses whether a run finished
   config = sweep_lib.load_config(planned[0].run)
   assert config.model.num_heads * 32 == config.model.width  # head dimension 32
@@ -79,7 +82,7 @@ def test_the_two_runs_of_a_paired_difference_are_adjacent_in_the_plan():
   that has not started yet (Figure 1's softmax and relu/L at L = 49: phase 4; relu2's alpha 0
   and 1 at seeds 1-2, without and with the gate: phases 9 and 11) comes as two adjacent runs,
   started together or one after the other: on one machine (docs/reproduction.md 1.4)."""
-  planned = study.plan(fmnist.PHASES)
+  planned = plans.plan(fmnist.SWEEPS, fmnist.PHASES)
   for phase, contrast in ((4, "attention"), (9, "alpha"), (11, "alpha")):
     runs = [p.run for p in planned if p.phase == phase]
     assert runs and len(runs) % 2 == 0, phase
@@ -103,7 +106,7 @@ def test_after_phase_a_and_d_the_runs_a_claim_needs_come_first():
 
   fig1 = sweep_lib.load_sweep("configs/study/fig1.py")
   # B and C: after A, the held-out seed and D, before the recipe's checks (phases 14-16).
-  later = [p for p in study.plan(fmnist.PHASES)[14 + len(fig1):] if p.phase < 14]
+  later = [p for p in plans.plan(fmnist.SWEEPS, fmnist.PHASES)[14 + len(fig1):] if p.phase < 14]
   needs = [needed(p.run) for p in later]
   assert needs == sorted(needs, reverse=True) and needs.count(True) == 23, [
       (p.run.run_id, n) for p, n in zip(later, needs)]
@@ -149,7 +152,7 @@ def test_the_75_percent_point_is_the_evaluation_there():
 
 
 def _archive_run(archive, run, curve, transfer):
-  directory = study.archived_dir(archive, run)
+  directory = archive_lib.archived_dir(archive, run)
   directory.mkdir(parents=True)
   config = json.loads(sweep_lib.load_config(run).to_json_best_effort())
   (directory / "config.json").write_text(json.dumps(config))
@@ -321,7 +324,7 @@ def test_the_runs_table_says_which_cpu_trained_each_part_of_a_run(tmp_path):
           (7000, "Intel(R) Xeon(R) Processor"))], "Intel(R) Xeon(R) Processor")):
     run = fmnist.run(attention=attention)
     _archive_run(archive, run, dict.fromkeys(steps, 0.9), transfer=0.5)
-    directory = study.archived_dir(archive, run)
+    directory = archive_lib.archived_dir(archive, run)
     if launches:
       (directory / provenance.LAUNCHES_FILE).write_text(
           "".join(json.dumps(x) + "\n" for x in launches))
@@ -354,7 +357,7 @@ def _calibration_archive(archive, softmax_20_epochs, other_lr=None):
 
 def _check_calibration(archive):
   return subprocess.run(
-      [sys.executable, "-m", "big_vision_relu.experiments.fmnist_report", "--archive",
+      [sys.executable, "-m", "big_vision_relu.experiments.studies.fmnist.report", "--archive",
        str(archive), "--check_calibration"], capture_output=True, text=True, timeout=300,
       check=False, cwd=ROOT)
 
@@ -362,8 +365,8 @@ def _check_calibration(archive):
 @pytest.mark.parametrize("softmax_20_epochs, accepted", [(0.905, True), (0.915, False)])
 def test_the_calibration_gate(tmp_path, softmax_20_epochs, accepted):
   """D1: the 20-epoch recipe is accepted only when (a)-(c) all hold (here (c) decides: 20 epochs
-  gain 0.5 or 1.5 points; then D2 waits for its pair), and the CLI that launch/study.sh asks
-  says so by its exit code."""
+  gain 0.5 or 1.5 points; then D2 waits for its pair); the CLI says so by its exit code, and
+  the study's gate (`recipe.gate`, which the study runner asks) opens only then."""
   archive = tmp_path / "archive"
   _calibration_archive(archive, softmax_20_epochs)
   rules = fmnist_recipe.calibration(fmnist_results.load_results(archive))
@@ -376,6 +379,9 @@ def test_the_calibration_gate(tmp_path, softmax_20_epochs, accepted):
   result = _check_calibration(archive)
   assert result.returncode == (0 if gate_open else fmnist_report.NOT_ACCEPTED_EXIT_CODE)
   assert ("- accepted: yes" in result.stdout) == gate_open, result.stdout + result.stderr
+  gate = fmnist_recipe.gate(archive)
+  assert (gate is None) == gate_open
+  assert gate_open or gate[0] == fmnist.CALIBRATION_PHASES == (0, 1)
   assert accepted or "D2: waiting for the pair at 20 epochs, lr 0.002" in result.stdout
 
 
@@ -456,10 +462,10 @@ def test_a_pinned_study_trains_from_its_worktree_and_records_the_commit(fixture_
     done = run_study("--commit", "HEAD", "--max_runs", "1", "--workers", "1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert _git("-C", str(root / "code"), "rev-parse", "HEAD") == head
-    assert json.loads((archive / study.STUDY_FILE).read_text()) == {"plan": "fmnist",
+    assert json.loads((archive / archive_lib.STUDY_FILE).read_text()) == {"plan": "fmnist",
                                                                      "commit": head}
     run = fmnist.run(attention="softmax")
-    record = provenance.read_provenance(study.archived_dir(archive, run))
+    record = provenance.read_provenance(archive_lib.archived_dir(archive, run))
     assert record["commit"] == head
     assert record["machine"]["jax_backend"] == "cpu" and record["machine"]["cores"] > 0
     # The trainer ran the worktree's code, not this checkout's.

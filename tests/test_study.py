@@ -15,9 +15,11 @@ from conftest import ROOT
 
 from big_vision_relu import checkpoint
 from big_vision_relu import metrics as metrics_lib
-from big_vision_relu.experiments import parking, provenance, repro, run_status, study
+from big_vision_relu.experiments import archive as archive_lib
+from big_vision_relu.experiments import parking, plans, provenance, run_status, study
 from big_vision_relu.experiments import tables
 from big_vision_relu.experiments import sweep as sweep_lib
+from big_vision_relu.experiments.studies import repro
 from big_vision_relu.models.attention import PAPER_ACTIVATIONS
 
 SWEEPS = [f"configs/repro/fig{i}.py" for i in range(1, 5)]
@@ -29,8 +31,9 @@ def _in_repo(monkeypatch):
 
 
 def test_plan_trains_each_run_once_in_phase_order_with_all_its_sweeps():
-  planned = study.plan(repro.PHASES)
-  by_sweep = {path: {r.run_id for r in sweep_lib.load_sweep(path)} for path in SWEEPS}
+  planned = repro.PLAN.runs()
+  by_sweep = {sweep_lib.sweep_name(path): {r.run_id for r in sweep_lib.load_sweep(path)}
+              for path in SWEEPS}
   assert {p.run.run_id for p in planned} == set().union(*by_sweep.values())
   assert len(planned) == len({p.run.run_id for p in planned})
   for item in planned:
@@ -41,7 +44,7 @@ def test_plan_trains_each_run_once_in_phase_order_with_all_its_sweeps():
   # Figure 1's first phase, and its run id names everything it is.
   shared = next(p for p in planned if p.run.run_id ==
                 "mnist_vit-S-p4-relu-a1-qk_norm-nogated-seed0")
-  assert (shared.phase, set(shared.sweeps)) == (0, set(SWEEPS))
+  assert (shared.phase, set(shared.sweeps)) == (0, set(by_sweep))
   # Every L = 49 run comes before every L = 196 run.
   last_short = max(i for i, p in enumerate(planned) if p.run.args["patch"] == 4)
   first_long = min(i for i, p in enumerate(planned) if p.run.args["patch"] == 2)
@@ -60,12 +63,12 @@ def test_plan_trains_each_run_once_in_phase_order_with_all_its_sweeps():
                and p.run.args["attention"] == repro.RELU_TWIN and p.run.args["seed"] == 0
                and p.run.args["alpha"] in (0.25, 0.75, 1.25)]
   assert sorted(twin_fine) == list(range(len(planned) - 3, len(planned)))
-  assert planned[-4].sweeps == ("configs/repro/fig4.py",)
+  assert planned[-4].sweeps == ("fig4",)
 
 
 def test_plan_rejects_a_phase_selecting_on_an_unknown_argument():
   with pytest.raises(ValueError, match=r"selects on \['variant'\]"):
-    study.plan([("configs/repro/fig1.py", {"variant": "S/16"})])
+    repro.PLAN.runs([("fig1", {"variant": "S/16"})])
 
 
 def test_repro_run_rejects_unknown_arguments_and_pins_softmax_alpha():
@@ -79,7 +82,8 @@ def _study(root, archive, *args, data_dir):
   # Trainers at the test's own niceness (the driver's default adds 10): beside a real study's
   # trainers they would otherwise get a sliver of a core and run past the timeout.
   return subprocess.run([sys.executable, "-m", "big_vision_relu.experiments.study",
-                         "--root", str(root), "--archive", str(archive), "--nice=0", *args],
+                         "--plan", "repro", "--root", str(root), "--archive", str(archive),
+                         "--nice=0", *args],
                         check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
@@ -88,12 +92,12 @@ def test_a_two_run_study_trains_archives_reports_and_resumes(offline_data_dir, t
   done = _study(root, archive, "--phases", "0", "--max_runs", "2", "--config_args", "runlocal",
                 data_dir=offline_data_dir)
   assert done.returncode == 0, done.stderr[-3000:]
-  first_two = study.plan([repro.PHASES[0]])[:2]
+  first_two = repro.PLAN.runs([repro.PHASES[0]])[:2]
   for item in first_two:
-    assert study.status(root, archive, item.run) == "finished"
+    assert archive_lib.status(root, archive, item.run) == "finished"
     assert (root / "runs" / item.run.run_id / "train.log").stat().st_size > 0
     # The archive keeps the results, not the checkpoints.
-    archived = study.archived_dir(archive, item.run)
+    archived = archive_lib.archived_dir(archive, item.run)
     assert sorted(p.name for p in archived.iterdir()) == [
         "config.json", provenance.LAUNCHES_FILE, "metrics.jsonl"]
     # One start, from scratch, with the trainers' malloc.
@@ -221,7 +225,7 @@ def test_a_diverging_run_is_marked_and_not_retried(offline_data_dir, tmp_path, m
       "  return config\n")
   run = sweep_lib.Run(str(config), {"attention": "identity", "runlocal": True})
   root, archive = tmp_path / "study", tmp_path / "archive"
-  planned = [study.PlannedRun(run, 0, ())]
+  planned = [plans.PlannedRun(run, 0, ())]
 
   def run_study():
     runner = study.Study(root, archive, planned, workers=1, extra_config_args="", niceness=0)
@@ -231,7 +235,7 @@ def test_a_diverging_run_is_marked_and_not_retried(offline_data_dir, tmp_path, m
   workdir = root / "runs" / run.run_id
   assert (workdir / run_status.DIVERGED_FILE).read_text().startswith(
       "FloatingPointError: Non-finite loss or gradients at step ")
-  for results in (workdir, study.archived_dir(archive, run)):
+  for results in (workdir, archive_lib.archived_dir(archive, run)):
     row = run_status.collect_run(run, results, repro.FIGURE)
     assert (row.status, row.metrics) == ("diverged", {})
   log_size = (workdir / "train.log").stat().st_size
@@ -293,23 +297,23 @@ def test_recovered_archive_entries_give_the_report_their_csv_lines_back(tmp_path
   collected = run_status.collect("configs/repro/fig1.py", str(archive), repro.FIGURE)
   assert collected[0] == rows[0]
   assert collected[1].status == "missing"
-  assert (study.archived_dir(archive, runs[0]) / tool.RECOVERED_FILE).exists()
+  assert (archive_lib.archived_dir(archive, runs[0]) / tool.RECOVERED_FILE).exists()
 
 
 def test_archiving_replaces_an_older_copy_whole_and_leaves_checkpoints_behind(tmp_path):
   root, archive = tmp_path / "root", tmp_path / "archive"
-  item = study.plan([repro.PHASES[0]])[0]
-  workdir = study.run_dir(root, item.run)
+  item = repro.PLAN.runs([repro.PHASES[0]])[0]
+  workdir = archive_lib.run_dir(root, item.run)
   (workdir / "checkpoints" / "1250").mkdir(parents=True)
   (workdir / "config.json").write_text(
       sweep_lib.load_config(item.run).to_json_best_effort(indent=2))
   (workdir / "metrics.jsonl").write_text('{"step": 1250, "test/prec@1": 0.9}\n')
-  target = study.archived_dir(archive, item.run)
+  target = archive_lib.archived_dir(archive, item.run)
   (target.parent / (target.name + ".partial")).mkdir(parents=True)  # a copy cut short
   target.mkdir()
   (target / "metrics.jsonl").write_text('{"step": 1, "test/prec@1": 0.1}\n')
   (target / "stale").write_text("from an older copy")
-  study.archive_run(root, archive, item)
+  archive_lib.archive_run(root, archive, item)
   assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
   assert sorted(p.name for p in target.iterdir()) == ["config.json", "metrics.jsonl"]
   for path in item.sweeps:
@@ -325,21 +329,21 @@ def test_a_run_parked_and_resumed_on_a_fresh_machine_ends_as_if_never_stopped(of
   and stop do), resumes on a machine that has only the archive from the parked step, and ends
   with the metrics of the same run trained without a stop."""
   root, archive = tmp_path / "root", tmp_path / "archive"
-  item = study.plan([repro.PHASES[0]])[0]
+  item = repro.PLAN.runs([repro.PHASES[0]])[0]
   args = ("--phases", "0", "--max_runs", "1", "--config_args", "runlocal")
   done = _study(root, archive, *args, data_dir=offline_data_dir)
   assert done.returncode == 0, done.stderr[-3000:]
-  whole = metrics_lib.read_metrics(study.archived_dir(archive, item.run))
+  whole = metrics_lib.read_metrics(archive_lib.archived_dir(archive, item.run))
   # What a trainer past its step-2 checkpoint leaves (the runlocal run checkpoints every 2 of
   # its 4 steps): the step-4 checkpoint still being written, the step-4 metrics line half
   # written; and an archive that does not have the run yet.
-  workdir = study.run_dir(root, item.run)
+  workdir = archive_lib.run_dir(root, item.run)
   assert parking.newest_step(workdir) == 4
   (workdir / "checkpoints" / "4").rename(workdir / "checkpoints" / "4.orbax-checkpoint-tmp-9")
   lines = (workdir / "metrics.jsonl").read_text().splitlines(keepends=True)
   before = "".join(line for line in lines if json.loads(line)["step"] <= 2)
   (workdir / "metrics.jsonl").write_text(before + lines[-1][:20])
-  shutil.rmtree(study.archived_dir(archive, item.run))
+  shutil.rmtree(archive_lib.archived_dir(archive, item.run))
   with open(root / "study.lock", "a+") as lock:  # the study is running
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     parked = _study(root, archive, "--phases", "0", "--park", data_dir=offline_data_dir)
@@ -352,7 +356,7 @@ def test_a_run_parked_and_resumed_on_a_fresh_machine_ends_as_if_never_stopped(of
   resumed = _study(root, archive, *args, data_dir=offline_data_dir)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert "resumes from its parked checkpoint, step 2" in resumed.stderr
-  archived = study.archived_dir(archive, item.run)
+  archived = archive_lib.archived_dir(archive, item.run)
   launches = [json.loads(line) for line in (archived / provenance.LAUNCHES_FILE).open()]
   assert [x["resumes_from_step"] for x in launches] == [0, 2]
   assert not parking.parked_dir(archive, item.run.run_id).exists()

@@ -7,12 +7,14 @@ import json
 import pytest
 from conftest import ROOT
 
-from big_vision_relu.experiments import cost, fmnist, parking, run_status, study, study_cost
+from big_vision_relu.experiments import archive as archive_lib
+from big_vision_relu.experiments import cost, parking, plans, run_status, study_cost
 from big_vision_relu.experiments import sweep as sweep_lib
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
 
 # Phase 0: softmax and relu/L at L = 196 (patch 2); phase 1: the same at L = 49 (patch 4, Ti).
-PHASES = (("configs/study/fig2.py", {"attention": ("softmax", "relu"), "alpha": 1.0, "seed": 0}),
-          ("configs/study/fig1.py", {"size": "Ti", "seed": 0}))
+PHASES = (("fig2", {"attention": ("softmax", "relu"), "alpha": 1.0, "seed": 0}),
+          ("fig1", {"size": "Ti", "seed": 0}))
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +31,7 @@ def _pflops(run):
 
 def _archive(archive, run, *, core_hours, diverged=False):
   """An archived run: its config, and a metrics line at its last step with its core hours."""
-  directory = study.archived_dir(archive, run)
+  directory = archive_lib.archived_dir(archive, run)
   directory.mkdir(parents=True)
   config = json.loads(sweep_lib.load_config(run).to_json())
   total = run_status.total_steps(config)
@@ -43,14 +45,14 @@ def _archive(archive, run, *, core_hours, diverged=False):
 
 def _costs(archive):
   return [study_cost.run_cost(archive, item, image_size=28, channels=1)
-          for item in study.plan(PHASES)]
+          for item in plans.plan(fmnist.SWEEPS, PHASES)]
 
 
 def test_left_scales_each_run_by_the_rate_of_its_patch_size_and_its_parked_progress(tmp_path):
   archive = tmp_path / "archive"
   softmax, relu = (fmnist.run(attention=a, seed=0) for a in ("softmax", "relu"))
   softmax4, relu4 = (fmnist.run(attention=a, patch=4, seed=0) for a in ("softmax", "relu"))
-  assert [item.run.run_id for item in study.plan(PHASES)] == [
+  assert [item.run.run_id for item in plans.plan(fmnist.SWEEPS, PHASES)] == [
       r.run_id for r in (softmax, relu, softmax4, relu4)]
   for run in (softmax, relu, softmax4, relu4):  # Fashion-MNIST's shape, the run's batch and steps
     steps, flops = cost.training_steps_and_flops(sweep_lib.load_config(run), 28, 1)
@@ -79,7 +81,7 @@ def test_left_scales_each_run_by_the_rate_of_its_patch_size_and_its_parked_progr
   rates = study_cost.core_hours_per_pflop(costs)
   assert rates[(4, 4)] == pytest.approx(0.9 / _pflops(softmax4))
   assert rates[None] == pytest.approx(4.2 / (_pflops(softmax) + _pflops(softmax4)))
-  lines = study_cost.table(archive, PHASES, image_size=28, channels=1)
+  lines = study_cost.table(archive, fmnist.SWEEPS, PHASES, image_size=28, channels=1)
   assert lines[2] == (f"| 0 (fig2: attention=softmax/relu, alpha=1.0, seed=0) | 2 | 1 | 3.3 | "
                       f"{relu_left:.1f} |")
   assert lines[3] == "| 1 (fig1: size=Ti, seed=0) | 2 | 2 | 1.1 | 0.0 |"

@@ -18,7 +18,7 @@ import pathlib
 import numpy as np
 
 from big_vision_relu import metrics
-from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
 
 SEEDS = (0, 1, 2)
 TRANSFER = "fewshot/10shot_avg"

@@ -25,8 +25,10 @@ import csv
 import json
 import pathlib
 
-from big_vision_relu.experiments import repro, run_status, study
+from big_vision_relu.experiments import archive as archive_lib
+from big_vision_relu.experiments import run_status
 from big_vision_relu.experiments import sweep as sweep_lib
+from big_vision_relu.experiments.studies import repro
 
 RECOVERED_FILE = "RECOVERED"
 
@@ -34,7 +36,7 @@ RECOVERED_FILE = "RECOVERED"
 def recover(csv_paths: list[pathlib.Path], archive: pathlib.Path) -> list[str]:
   """Writes the archive entries of the finished runs of `csv_paths` not yet in `archive`;
   returns their run ids. Raises on a run id the study does not plan."""
-  planned = {item.run.run_id: item for item in study.plan(repro.PHASES)}
+  planned = {item.run.run_id: item for item in repro.PLAN.runs()}
   metrics = run_status.spec_metrics(repro.FIGURE)
   recovered = []
   for csv_path in csv_paths:
@@ -45,7 +47,7 @@ def recover(csv_paths: list[pathlib.Path], archive: pathlib.Path) -> list[str]:
         item = planned.get(line["run_id"])
         if item is None:
           raise ValueError(f"{csv_path}: run {line['run_id']} is not in the study's plan.")
-        target = study.archived_dir(archive, item.run)
+        target = archive_lib.archived_dir(archive, item.run)
         if target.exists():
           continue
         record = {"step": int(line["step"]),
@@ -57,7 +59,7 @@ def recover(csv_paths: list[pathlib.Path], archive: pathlib.Path) -> list[str]:
         (target / RECOVERED_FILE).write_text(
             f"Recovered from {csv_path.name} (the report's CSV): the run's workdir was lost, "
             "only its final values survive (metrics.jsonl has one line).\n")
-        study.link_sweep_dirs(archive, item)
+        archive_lib.link_sweep_dirs(archive, item)
         recovered.append(item.run.run_id)
   return recovered
 

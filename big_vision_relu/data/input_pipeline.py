@@ -28,7 +28,8 @@ as in big_vision: that would tie the data order to the number of processes.)
 
 What it costs:
 - datasets must be stored as ArrayRecord (`python -m big_vision_relu.data.prepare` builds
-  them so; `tfds convert_format` converts datasets already built as TFRecord): random access by record
+  them so; `python -m big_vision_relu.data.convert` converts datasets already built as TFRecord,
+  without apache-beam): random access by record
   number is impossible with TFRecord files. `datasets.raw_record_source` says so, with the
   command, when a dataset is in another format;
 - every example is a separate random read. On local disk that is cheap; on GCS each read

@@ -3,48 +3,58 @@ TPU core hours under a stated peak and model FLOP utilisation (MFU).
 
     python -m big_vision_relu.experiments.cost configs/paper/fig1.py [--peak_tflops 61.5 --mfu 0.4]
 
-These are ESTIMATES, not measurements: FLOPs are counted analytically (matmuls only: patch
-embedding, q/k/v/out and gate projections, q.k and weights.v, MLP, head; x3 for forward +
-backward), the step count follows the recipe (dataset sizes below), and core hours assume
+These are ESTIMATES, not measurements: FLOPs are counted analytically on the trainer's model
+(matmuls only: patch embedding, q/k/v/out and gate projections, q.k and weights.v, MLP, head; x3
+for forward + backward), the step count is the trainer's (`run_status.total_steps`, with the
+dataset sizes of recipes.TRAIN_SPLIT_SIZES), and core hours assume
 every core runs at `mfu * peak_tflops`. Defaults: a TPU v3 core (61.5 bf16 TFLOP/s, half a
 chip's 123) at 40% MFU, typical of big_vision's ViT training.
 """
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
+from typing import Any
 
 import ml_collections
 from absl import app, flags
 
-from big_vision_relu.experiments import recipes, sweep
+from big_vision_relu.experiments import run_status, sweep
 from big_vision_relu.models import vit
 
-def forward_flops_per_image(model_kwargs: dict, image_size: int = 224, channels: int = 3,
-                            num_classes: int = 0) -> int:
-  """Matmul FLOPs (2 per multiply-add) of one image's forward pass through the ViT."""
-  variant = model_kwargs.get("variant")  # optional: configs may give width, depth, ... instead
-  kw = {**(vit.decode_variant(variant) if variant else {}), **model_kwargs}
-  width, depth, patch = kw["width"], kw["depth"], kw["patch_size"][0]
-  mlp_dim = kw.get("mlp_dim") or 4 * width
-  tokens = (image_size // patch) ** 2 + (kw.get("pool_type") == "tok")
-  projections = 4 + bool(kw.get("gated"))  # q, k, v, out (+ gate)
+def forward_flops_per_image(model_kwargs: Mapping[str, Any], image_size: int = 224,
+                            channels: int = 3, num_classes: int = 0) -> int:
+  """Matmul FLOPs (2 per multiply-add) of one image's forward pass through the ViT that
+  `config.model = model_kwargs` gives the trainer (`vit.Model`: its variant decoded, every
+  option it leaves unset at the model's default): the patch embedding, per layer the q, k, v,
+  out (and gate) projections, q.k and weights.v and the MLP on every token (the class token
+  too), the pre-logits and the head once (a MAP head's matmuls are left out)."""
+  model = vit.Model(num_classes or None, **model_kwargs)
+  width, (patch_h, patch_w) = model.width, model.patch_size
+  patches = (image_size // patch_h) * (image_size // patch_w)
+  tokens = patches + (model.pool_type == "tok")
+  mlp_dim = model.mlp_dim or 4 * width  # the model's MLP width when unset (vit._Model)
+  projections = 4 + model.attention_options.gated  # q, k, v, out (+ gate)
   per_layer = (2 * tokens * projections * width ** 2      # projections
                + 2 * 2 * tokens ** 2 * width              # q.k and weights.v
                + 2 * 2 * tokens * width * mlp_dim)        # MLP
-  stem = 2 * (image_size // patch) ** 2 * patch * patch * channels * width
-  head = 2 * width * num_classes + (2 * width * width if kw.get("rep_size") else 0)
-  return stem + depth * per_layer + head
+  stem = 2 * patches * patch_h * patch_w * channels * width
+  rep_size = width if model.rep_size is True else int(model.rep_size)
+  head = 2 * (rep_size or width) * num_classes + 2 * width * rep_size
+  return stem + model.depth * per_layer + head
 
 
 def training_steps_and_flops(config: ml_collections.ConfigDict, image_size: int = 224,
                              channels: int = 3) -> tuple[int, int]:
-  """(steps, matmul FLOPs of the whole training) of a training config on images of that shape."""
-  examples = recipes.train_split_size(config.input.data)
-  if examples is None:
-    raise ValueError(f"{config.input.data}: add its split size to recipes.TRAIN_SPLIT_SIZES.")
-  steps = math.ceil(config.total_epochs * examples / config.input.batch_size - 1e-9)
+  """(steps, matmul FLOPs of the whole training) of a training config on images of that shape:
+  its steps as the trainer counts them (`run_status.total_steps`), 3x the forward (forward +
+  backward) of each image of each batch."""
+  steps = run_status.total_steps(config)
+  if steps is None:
+    data = config.input.data
+    raise ValueError(f"{(data.get('name'), data.get('split'))}: add its split size to "
+                     "recipes.TRAIN_SPLIT_SIZES.")
   return steps, 3 * steps * config.input.batch_size * forward_flops_per_image(
-      dict(config.model), image_size, channels, config.num_classes)
+      config.model, image_size, channels, config.num_classes)
 
 
 def run_estimate(run: sweep.Run, *, peak_tflops: float, mfu: float) -> dict:

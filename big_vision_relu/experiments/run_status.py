@@ -50,6 +50,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ml_collections
 from absl import logging
 from etils import epath
 
@@ -102,13 +103,15 @@ def last_values(records: Mapping[int, Mapping[str, Any]],
   return values
 
 
-def total_steps(config: Mapping[str, Any]) -> int | None:
-  """A run's total steps from its config.json, None if not computable here (see module doc)."""
-  if config.get("total_steps") is not None:
-    return int(config["total_steps"])
-  data = config.get("input", {}).get("data", {})
-  size = recipes.train_split_size(data)
-  batch_size = config.get("input", {}).get("batch_size")
+def total_steps(config: Mapping[str, Any] | ml_collections.ConfigDict) -> int | None:
+  """A run's total steps as its trainer counts them (`config.get_steps`), from its config:
+  config.json's, or the ConfigDict its --config gives (unset fields read as missing, as the
+  trainer reads them); None if not computable here (see module doc)."""
+  if isinstance(config, ml_collections.ConfigDict):
+    config = cfg_lib.without_unset(config).to_dict()
+  inputs = config.get("input", {})
+  size = recipes.train_split_size(inputs.get("data", {}))
+  batch_size = inputs.get("batch_size")
   if not batch_size:
     return None
   try:  # raises for total_epochs of a split not in recipes.TRAIN_SPLIT_SIZES, or no total at all
@@ -168,9 +171,13 @@ def collect_run(run: sweep_lib.Run, workdir: str | epath.Path,
              metrics={m: metrics[m] for m in spec_metrics(spec) if m in metrics})
 
 
+def collect_runs(runs: Sequence[sweep_lib.Run], root: str,
+                 spec: sweep_lib.FigureSpec) -> list[Row]:
+  """One row per run of `runs`, in their order, from `root`."""
+  with concurrent.futures.ThreadPoolExecutor(_MAX_READERS) as pool:
+    return list(pool.map(lambda r: collect_run(r, sweep_lib.workdir(root, r), spec), runs))
+
+
 def collect(sweep_path: str, root: str, spec: sweep_lib.FigureSpec) -> list[Row]:
   """One row per run of the sweep file `sweep_path`, in the sweep's order, from `root`."""
-  runs = sweep_lib.load_sweep(sweep_path)
-  with concurrent.futures.ThreadPoolExecutor(_MAX_READERS) as pool:
-    return list(pool.map(lambda r: collect_run(r, sweep_lib.workdir(root, r), spec),
-                         runs))
+  return collect_runs(sweep_lib.load_sweep(sweep_path), root, spec)

@@ -1,4 +1,4 @@
-r"""Runs a study (a plan of phases of sweep runs) to completion, across sessions.
+r"""Runs a study (its plan: phases of sweep runs) to completion, across sessions.
 
     python -m big_vision_relu.experiments.study --plan fmnist --root workdirs/fmnist \
         --archive results/fmnist --commit COMMIT      # run / resume, trainers pinned to COMMIT
@@ -6,22 +6,21 @@ r"""Runs a study (a plan of phases of sweep runs) to completion, across sessions
         --archive results/repro
     bash launch/study.sh fmnist / bash launch/repro.sh    # the same, in the background
 
-Plans: `repro` (the MNIST-5k study, `experiments.repro`), `fmnist` (the Fashion-MNIST study,
-`experiments.fmnist`) and `alpha_length` (the best alpha against L, `experiments.alpha_length`). The plan is its PHASES in order, each run once (a run shared by several
-figures is trained once, in `<root>/runs/<run id>`). `--workers` runs train in parallel, each
+`--plan` names a study, a unit of experiments/studies/ (`plans.load`; `plans.names()` lists
+them): its phases in order, each run once (a run shared by several sweeps is trained once, in
+`<root>/runs/<run id>`), and only the phases its rules let train now (`Plan.gate`: the
+Fashion-MNIST study's recipe calibration). `--workers` runs train in parallel, each
 pinned to its own CPU core (on this 2-core machine two pinned runs do ~20% more work than one
 run on both cores, and a run's core hours are then its own CPU time).
 
-The archive (`--archive`; launch/repro.sh gives results/repro, committed to the repository):
-when a run is done the study copies its results, config.json, metrics.jsonl, launches.jsonl
-(each start of its trainer: when, the step it resumed from, the CPU, the speed-setting
-LD_PRELOAD and GLIBC_TUNABLES: `provenance.py`; runs and steps from before that file existed
-ran with glibc's malloc) and
-DIVERGED if any, but no checkpoints, to `<archive>/runs/<run id>`, which is where
-`big_vision_relu.experiments.report --root <archive>` looks (sweep.workdir), and links it from
-each of its sweeps' directories `<archive>/<sweep>/<run id>` for browsing. The study may take
-more sessions than a workdir lives: a run in the archive is never trained again, whatever became
-of `<root>`.
+The archive (`--archive`; layout in archive.py): when a run is done the study copies its
+results, config.json, metrics.jsonl, launches.jsonl (each start of its trainer: when, the step
+it resumed from, the CPU, the speed-setting LD_PRELOAD and GLIBC_TUNABLES: `provenance.py`;
+runs and steps from before that file existed ran with glibc's malloc) and DIVERGED if any, but
+no checkpoints, to `<archive>/runs/<run id>`, which is where the reports look, and links it
+from each of its sweeps' directories `<archive>/<sweep>/<run id>` for browsing. The study may
+take more sessions than a workdir lives: a run in the archive is never trained again, whatever
+became of `<root>`.
 
 Pinned code (`--commit`): the trainers run from a git worktree of this repository at that commit
 (`<root>/code`, made on first use), so changes on main never change a study mid-way; a worktree
@@ -35,7 +34,7 @@ Stopping and resuming: a run is done when it is in the archive, or when its metr
 last step (`run_status`'s rule), or when its trainer stopped on a non-finite loss (the study then
 writes `DIVERGED` into its workdir: a result, not retried). Anything else is (re)started; the
 trainer resumes it from its last checkpoint in `<root>`, or from its parked one: `--park`
-(launch/study.sh's `park`, and its `stop` after the trainers have stopped) copies the newest
+(launch/study.sh's `park`, and its `stop` after the trainers have stopped) packs the newest
 checkpoint of each run not yet archived into `<archive>/parked`, and a start on any machine puts
 back those its workdirs are behind (parking.py) and archives those that are done. SIGTERM / SIGINT
 to the study are passed to the running trainers, which checkpoint and exit; if the study dies
@@ -47,13 +46,12 @@ start of the study (its log: `<root>/runs/<run id>/train.log`).
 from __future__ import annotations
 
 import ctypes.util
-import dataclasses
 import fcntl
 import json
 import os
 import pathlib
 import queue
-import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -64,15 +62,15 @@ from typing import Any
 
 from absl import app, flags, logging
 
-from big_vision_relu.experiments import alpha_length, fmnist, parking, repro, run_status
+from big_vision_relu.experiments import archive as archive_lib
+from big_vision_relu.experiments import parking, plans, run_status
 from big_vision_relu.experiments import provenance as provenance_lib
 from big_vision_relu.experiments import sweep as sweep_lib
 
-PLANS = {"repro": repro, "fmnist": fmnist, "alpha_length": alpha_length}
-STUDY_FILE = "study.json"  # in the archive: the plan and the pinned commit
 # The trainers' launcher, run as a file of this checkout in isolated mode (-I: neither PYTHONPATH
 # nor the script's directory on sys.path), not by module path from the trainer's tree: a pinned
-# worktree at an older commit has it elsewhere (big_vision_relu/pinned.py), or not at all.
+# worktree at an older commit has it elsewhere (big_vision_relu/pinned.py), or not at all. A
+# running study starts each trainer through this path: it must not move.
 PINNED_LAUNCHER = (sys.executable, "-I", str(pathlib.Path(__file__).with_name("pinned.py")))
 # Every trainer runs with tcmalloc preloaded. XLA:CPU allocates its temp buffers afresh at each
 # step; glibc's malloc maps them from the kernel every time, and the page faults cost ~25% of
@@ -82,38 +80,7 @@ TRAINER_MALLOC = "libtcmalloc_minimal.so.4"
 TRAINER_MALLOC_PACKAGE = "libtcmalloc-minimal4"  # Debian's
 
 
-@dataclasses.dataclass(frozen=True)
-class PlannedRun:
-  run: sweep_lib.Run
-  phase: int  # index into the phases
-  sweeps: tuple[str, ...]  # every sweep file that lists it
-
-
-def plan(phases: Sequence[tuple[str, dict[str, Any]]]) -> list[PlannedRun]:
-  """The study's runs in phase order, each once, with all the sweeps that list it.
-
-  A phase is (sweep file, {argument: value or tuple of values}): the sweep's runs whose
-  arguments have those values.
-  """
-  sweeps: dict[str, list[str]] = {}
-  for path in dict.fromkeys(path for path, _ in phases):
-    for run in sweep_lib.load_sweep(path):
-      sweeps.setdefault(run.run_id, []).append(path)
-  planned: dict[str, PlannedRun] = {}
-  for index, (path, selection) in enumerate(phases):
-    for run in sweep_lib.load_sweep(path):
-      unknown = set(selection) - set(run.args)
-      if unknown:
-        raise ValueError(f"Phase {index} ({path}) selects on {sorted(unknown)}, which its runs "
-                         f"do not have; they have {list(run.args)}.")
-      if run.run_id not in planned and all(
-          run.args[k] in v if isinstance(v, tuple) else run.args[k] == v
-          for k, v in selection.items()):
-        planned[run.run_id] = PlannedRun(run, index, tuple(sweeps[run.run_id]))
-  return list(planned.values())
-
-
-def check_totals_known(planned: Sequence[PlannedRun], extra_config_args: str = "") -> None:
+def check_totals_known(planned: Sequence[plans.PlannedRun], extra_config_args: str = "") -> None:
   """Raises ValueError unless every run's total steps follow from its config
   (`run_status.total_steps`).
 
@@ -123,38 +90,12 @@ def check_totals_known(planned: Sequence[PlannedRun], extra_config_args: str = "
   """
   for item in planned:
     config_arg = item.run.config_arg + (f",{extra_config_args}" if extra_config_args else "")
-    config = json.loads(sweep_lib.load_config_file(config_arg).to_json_best_effort())
+    config = sweep_lib.load_config_file(config_arg)
     if run_status.total_steps(config) is None:
-      data = config.get("input", {}).get("data", {})
+      data = config.input.data
       raise ValueError(f"{item.run.run_id}: its total steps are unknown without reading the "
                        f"dataset; add {(data.get('name'), data.get('split'))} with its size to "
                        "recipes.TRAIN_SPLIT_SIZES.")
-
-
-def run_dir(root: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
-  return root / "runs" / run.run_id
-
-
-DONE = ("finished", "diverged")
-# What the archive keeps of a run (the reports read these; checkpoints stay behind).
-ARCHIVED_FILES = ("config.json", "metrics.jsonl", provenance_lib.LAUNCHES_FILE,
-                  run_status.DIVERGED_FILE)
-
-
-def archived_dir(archive: pathlib.Path, run: sweep_lib.Run) -> pathlib.Path:
-  return archive / "runs" / run.run_id
-
-
-def status(root: pathlib.Path, archive: pathlib.Path, run: sweep_lib.Run) -> str:
-  """'finished' or 'diverged' if the run is done (archived, or done in its workdir), else
-  'running' (started: in its workdir, or parked in the archive) or 'missing' (`run_status`'s
-  rules)."""
-  archived = run_status.collect_run(run, archived_dir(archive, run)).status
-  if archived in DONE:
-    return archived
-  state = run_status.collect_run(run, run_dir(root, run)).status
-  parked = parking.parked_dir(archive, run.run_id)
-  return "running" if state == "missing" and parking.newest_step(parked) is not None else state
 
 
 def check_trainer_malloc() -> None:
@@ -177,35 +118,6 @@ def trainer_env(root: pathlib.Path, code: pathlib.Path | None) -> dict[str, str]
   return env
 
 
-def archive_run(root: pathlib.Path, archive: pathlib.Path, item: PlannedRun,
-                provenance: dict[str, Any] | None = None) -> None:
-  """Copies a done run's ARCHIVED_FILES to the archive (replacing any older copy whole: the new
-  one is complete before it is renamed into place), with `provenance` (commit, machine) as
-  provenance.json, links it from its sweeps' directories and drops its parked copy, if any."""
-  target = archived_dir(archive, item.run)
-  partial = target.with_name(target.name + ".partial")
-  shutil.rmtree(partial, ignore_errors=True)
-  partial.mkdir(parents=True)
-  for name in ARCHIVED_FILES:
-    if (run_dir(root, item.run) / name).exists():
-      shutil.copy2(run_dir(root, item.run) / name, partial / name)
-  if provenance is not None:
-    (partial / provenance_lib.PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")
-  shutil.rmtree(target, ignore_errors=True)
-  partial.rename(target)
-  link_sweep_dirs(archive, item)
-  shutil.rmtree(parking.parked_dir(archive, item.run.run_id), ignore_errors=True)
-
-
-def link_sweep_dirs(archive: pathlib.Path, item: PlannedRun) -> None:
-  """<archive>/<sweep>/<run id> -> ../runs/<run id> for every sweep of the run."""
-  for path in item.sweeps:
-    link = pathlib.Path(sweep_lib.sweep_link(str(archive), path, item.run))
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if not link.is_symlink():
-      link.symlink_to(pathlib.Path("..") / "runs" / item.run.run_id)
-
-
 def _nonfinite_error(log: pathlib.Path) -> str | None:
   """The trainer's non-finite-loss error from the end of its log, None if it stopped otherwise."""
   with open(log, "rb") as f:
@@ -218,7 +130,7 @@ def _nonfinite_error(log: pathlib.Path) -> str | None:
 class Study:
   """Trains the planned runs that are not finished, `workers` at a time."""
 
-  def __init__(self, root: pathlib.Path, archive: pathlib.Path, planned: Sequence[PlannedRun],
+  def __init__(self, root: pathlib.Path, archive: pathlib.Path, planned: Sequence[plans.PlannedRun],
                *, workers: int, extra_config_args: str, niceness: int,
                code: pathlib.Path | None = None, commit: str | None = None):
     check_trainer_malloc()
@@ -239,7 +151,7 @@ class Study:
     if core is not None:
       pinned.append(f"--core={core}")
     return [*pinned, "--", sys.executable, "-m", "big_vision_relu.train", "--config", config,
-            "--workdir", str(run_dir(self.root, run))]
+            "--workdir", str(archive_lib.run_dir(self.root, run))]
 
   def stop(self, *_: Any) -> None:
     """Asks the running trainers to checkpoint and exit; starts no new run."""
@@ -248,8 +160,8 @@ class Study:
       for child in self._children:
         child.send_signal(signal.SIGTERM)
 
-  def _train(self, item: PlannedRun, core: int | None) -> None:
-    workdir = run_dir(self.root, item.run)
+  def _train(self, item: plans.PlannedRun, core: int | None) -> None:
+    workdir = archive_lib.run_dir(self.root, item.run)
     workdir.mkdir(parents=True, exist_ok=True)
     env = trainer_env(self.root, self.code)
     started = time.monotonic()
@@ -265,15 +177,15 @@ class Study:
       with self._lock:
         self._children.discard(child)
     minutes = (time.monotonic() - started) / 60
-    state = status(self.root, self.archive, item.run)
+    state = archive_lib.status(self.root, self.archive, item.run)
     if code == 0 and state == "finished":
-      archive_run(self.root, self.archive, item, self.provenance)
+      archive_lib.archive_run(self.root, self.archive, item, self.provenance)
       logging.info("finished %s (%.1f min)", item.run.run_id, minutes)
     elif self._stopping.is_set():
       logging.info("stopped %s (%s; resumes from its checkpoint)", item.run.run_id, state)
     elif diverged := _nonfinite_error(workdir / "train.log"):
       (workdir / run_status.DIVERGED_FILE).write_text(diverged + "\n")
-      archive_run(self.root, self.archive, item, self.provenance)
+      archive_lib.archive_run(self.root, self.archive, item, self.provenance)
       logging.warning("DIVERGED %s (not retried): %s", item.run.run_id, diverged)
     else:
       logging.error("FAILED %s: exit code %d, %s; see %s", item.run.run_id, code, state,
@@ -281,17 +193,19 @@ class Study:
       self.failed.append(item.run.run_id)
 
   def run(self, max_runs: int | None = None) -> None:
-    todo: queue.Queue[PlannedRun] = queue.Queue()
+    todo: queue.Queue[plans.PlannedRun] = queue.Queue()
     pending = []
     for item in self.planned:
-      parked = parking.parked_dir(self.archive, item.run.run_id)
-      if run_status.collect_run(item.run, archived_dir(self.archive, item.run)).status in DONE:
-        shutil.rmtree(parked, ignore_errors=True)  # archived by a study that did not unpark it
+      archived = archive_lib.archived_dir(self.archive, item.run)
+      if run_status.collect_run(item.run, archived).status in archive_lib.DONE:
+        parking.drop(self.archive, item.run.run_id)  # archived by a study that did not unpark it
         continue
-      if (step := parking.unpark(parked, run_dir(self.root, item.run))) is not None:
+      parked = parking.parked_dir(self.archive, item.run.run_id)
+      workdir = archive_lib.run_dir(self.root, item.run)
+      if (step := parking.unpark(parked, workdir)) is not None:
         logging.info("%s resumes from its parked checkpoint, step %d", item.run.run_id, step)
-      if run_status.collect_run(item.run, run_dir(self.root, item.run)).status in DONE:
-        archive_run(self.root, self.archive, item, self.provenance)  # done before a stop
+      if run_status.collect_run(item.run, workdir).status in archive_lib.DONE:
+        archive_lib.archive_run(self.root, self.archive, item, self.provenance)  # done before stop
       else:
         pending.append(item)
     for item in pending[:max_runs]:
@@ -317,15 +231,16 @@ class Study:
 
 
 def park_unarchived(root: pathlib.Path, archive: pathlib.Path,
-                    planned: Sequence[PlannedRun]) -> list[str]:
+                    planned: Sequence[plans.PlannedRun]) -> list[str]:
   """Parks (`parking.park`) every planned run that has a checkpoint and is not archived, its
   trainer running or not; a run done in its workdir too (its study stopped before archiving
   it: the next start archives it from the parked copy instead of training it again). Returns
   '<run id> at step <step>' for each."""
   parked = []
   for item in planned:
-    if run_status.collect_run(item.run, archived_dir(archive, item.run)).status not in DONE:
-      step = parking.park(run_dir(root, item.run),
+    archived = archive_lib.archived_dir(archive, item.run)
+    if run_status.collect_run(item.run, archived).status not in archive_lib.DONE:
+      step = parking.park(archive_lib.run_dir(root, item.run),
                           parking.parked_dir(archive, item.run.run_id))
       if step is not None:
         parked.append(f"{item.run.run_id} at step {step}")
@@ -337,7 +252,7 @@ def pinned_worktree(root: pathlib.Path, archive: pathlib.Path, plan_name: str,
   """(`<root>/code`, the full commit): a detached git worktree of this repository at `commit`,
   made if missing. The archive's study.json pins the study to its first commit: another commit,
   or a worktree at another commit, raises SystemExit saying what to do."""
-  repo = pathlib.Path(__file__).resolve().parents[2]
+  repo = sweep_lib.REPO
 
   def git(*args: str, cwd: pathlib.Path = repo) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
@@ -346,7 +261,7 @@ def pinned_worktree(root: pathlib.Path, archive: pathlib.Path, plan_name: str,
     full = git("rev-parse", "--verify", f"{commit}^{{commit}}")
   except subprocess.CalledProcessError:
     raise SystemExit(f"--commit {commit!r} is not a commit of {repo}.") from None
-  record = archive / STUDY_FILE
+  record = archive / archive_lib.STUDY_FILE
   if record.exists():
     pinned = json.loads(record.read_text())
     if pinned["commit"] != full or pinned["plan"] != plan_name:
@@ -385,37 +300,64 @@ def _acquire_lock(path: pathlib.Path, holder: str):
   return handle
 
 
-def print_status(root: pathlib.Path, archive: pathlib.Path, planned: Sequence[PlannedRun],
-                 phases: Sequence[tuple[str, dict[str, Any]]]) -> None:
+def print_status(root: pathlib.Path, archive: pathlib.Path, planned: Sequence[plans.PlannedRun],
+                 phases: Sequence[plans.Phase]) -> None:
   """Per phase, how many runs are in each status; then, for each started run, the newest
   checkpoint step in its workdir and in the archive's parked copy ('-': none)."""
   counts: dict[int, dict[str, int]] = {}
   started = []
   for item in planned:
     phase = counts.setdefault(item.phase, dict.fromkeys(run_status.STATUSES, 0))
-    state = status(root, archive, item.run)
+    state = archive_lib.status(root, archive, item.run)
     phase[state] += 1
     if state == "running":
       started.append(item.run)
-  for index, (path, selection) in enumerate(phases):
+  for index, (sweep, selection) in enumerate(phases):
     c = counts.get(index, dict.fromkeys(run_status.STATUSES, 0))
-    print(f"phase {index}: {path} {selection or 'all'}: {sum(c.values())} new runs, "
+    print(f"phase {index}: {sweep} {selection or 'all'}: {sum(c.values())} new runs, "
           f"{c['finished']} finished, {c['diverged']} diverged, {c['running']} started, "
           f"{c['missing']} not started")
   for run in started:
-    here = parking.newest_step(run_dir(root, run))
+    here = parking.newest_step(archive_lib.run_dir(root, run))
     parked = parking.newest_step(parking.parked_dir(archive, run.run_id))
     print(f"started {run.run_id}: checkpoint step {'-' if here is None else here} in the "
           f"workdir, {'-' if parked is None else parked} parked")
 
 
+def settings(plan: plans.Plan) -> str:
+  """What launch/study.sh needs of the plan, as shell assignments (`eval`ed there)."""
+  values = {"DATASETS": ",".join(plan.datasets), "DATA_PACKAGES": " ".join(plan.data_packages),
+            "PINNED": str(plan.pinned).lower()}
+  return " ".join(f"{key}={shlex.quote(value)}" for key, value in values.items())
+
+
+def phases_to_train(plan: plans.Plan, archive: pathlib.Path,
+                    chosen: Sequence[int] | None) -> list[int]:
+  """The indices of the phases to train: `chosen` (default: all), less those the plan's gate
+  keeps closed for now."""
+  indices = list(range(len(plan.phases))) if chosen is None else list(chosen)
+  closed = plan.gate(archive) if plan.gate is not None else None
+  if closed is not None:
+    open_phases, reason = closed
+    indices = [i for i in indices if i in open_phases]
+    logging.warning("%s: only phases %s may train (%s)", plan.name,
+                    ",".join(map(str, open_phases)), reason)
+  return indices
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments {argv[1:]}.")
+  plan = plans.load(FLAGS.plan)
+  if FLAGS.settings:
+    print(settings(plan))
+    return
   root, archive = pathlib.Path(FLAGS.root).absolute(), pathlib.Path(FLAGS.archive).absolute()
-  all_phases = PLANS[FLAGS.plan].PHASES
-  phases = all_phases if FLAGS.phases is None else [all_phases[int(i)] for i in FLAGS.phases]
-  planned = plan(phases)
+  chosen = None if FLAGS.phases is None else [int(i) for i in FLAGS.phases]
+  if not (FLAGS.status or FLAGS.park):
+    chosen = phases_to_train(plan, archive, chosen)
+  phases = plan.phases if chosen is None else [plan.phases[i] for i in chosen]
+  planned = plan.runs(phases)
   root.mkdir(parents=True, exist_ok=True)
   if FLAGS.status:
     print_status(root, archive, planned, phases)
@@ -428,7 +370,7 @@ def main(argv: list[str]) -> None:
   lock = _acquire_lock(root / "study.lock", "Another study")
   check_totals_known(planned, FLAGS.config_args)
   code, commit = (None, None) if FLAGS.commit is None else pinned_worktree(
-      root, archive, FLAGS.plan, FLAGS.commit)
+      root, archive, plan.name, FLAGS.commit)
   study = Study(root, archive, planned, workers=FLAGS.workers,
                 extra_config_args=FLAGS.config_args, niceness=FLAGS.nice, code=code,
                 commit=commit)
@@ -442,25 +384,28 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
   FLAGS = flags.FLAGS
-  flags.DEFINE_enum("plan", "repro", list(PLANS), "The study: its phases and sweeps.")
+  flags.DEFINE_enum("plan", None, plans.names(), "The study (a unit of experiments/studies/).",
+                    required=True)
   flags.DEFINE_string("commit", None, "Train from a worktree of the repository at this commit "
                       "(recorded in the archive and in every archived run).")
   flags.DEFINE_string("root", None, "Workdir root of the study (checkpoints, logs).",
                       required=True)
-  flags.DEFINE_string("archive", None, "Where done runs' results are kept (launch/repro.sh: "
-                      "results/repro, committed); runs found there are not trained again.",
+  flags.DEFINE_string("archive", None, "Where done runs' results are kept (launch/study.sh: "
+                      "results/<plan>, committed); runs found there are not trained again.",
                       required=True)
   flags.DEFINE_integer("workers", 2, "Runs trained at once, each pinned to one CPU core "
                        "(1: no pinning).")
   flags.DEFINE_integer("nice", 10, "Niceness of the trainers, so interactive work goes first "
                        "(their core hours are CPU time, so they stay right).")
-  flags.DEFINE_list("phases", None, "Only these phase indices of the plan's PHASES (default: "
-                    "all).")
+  flags.DEFINE_list("phases", None, "Only these phase indices of the plan's phases (default: "
+                    "all; training: those its gate opens).")
   flags.DEFINE_integer("max_runs", None, "Stop after starting this many runs.")
   flags.DEFINE_string("config_args", "", "Appended to every run's config argument, e.g. "
                       "'runlocal' for a smoke study (use another --root).")
   flags.DEFINE_bool("status", False, "Print per-phase progress and exit.")
-  flags.DEFINE_bool("park", False, "Copy the newest checkpoint of every started run not archived "
-                    "to <archive>/parked (parking.py; the next start on any machine resumes "
+  flags.DEFINE_bool("park", False, "Pack the newest checkpoint of every started run not archived "
+                    "into <archive>/parked (parking.py; the next start on any machine resumes "
                     "from it) and exit; the study may be running.")
+  flags.DEFINE_bool("settings", False, "Print what launch/study.sh needs of the plan (shell "
+                    "assignments) and exit.")
   app.run(main)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from big_vision_relu import metrics as metrics_lib
-from big_vision_relu.experiments import cost, parking, run_status, study
+from big_vision_relu.experiments import archive as archive_lib
+from big_vision_relu.experiments import cost, parking, plans, run_status
 from big_vision_relu.experiments import sweep as sweep_lib
 
 
@@ -32,14 +32,14 @@ class RunCost:
   trained_fraction: float  # parked step / total steps (0 for runs not started or done)
 
 
-def run_cost(archive: pathlib.Path, item: study.PlannedRun, *, image_size: int,
+def run_cost(archive: pathlib.Path, item: plans.PlannedRun, *, image_size: int,
              channels: int) -> RunCost:
   """A planned run's cost record from the archive, its FLOPs counted on images of that shape."""
   config = sweep_lib.load_config(item.run)
   steps, flops = cost.training_steps_and_flops(config, image_size, channels)
-  directory = study.archived_dir(archive, item.run)
+  directory = archive_lib.archived_dir(archive, item.run)
   status = run_status.collect_run(item.run, directory).status
-  done = status in study.DONE
+  done = status in archive_lib.DONE
   core_hours = None
   if done:
     values = run_status.last_values(metrics_lib.read_metrics(directory), ("core_hours",))
@@ -69,18 +69,19 @@ def left(c: RunCost, rates: Mapping[tuple[int, ...] | None, float]) -> float | N
   return None if rate is None else rate * c.train_pflops * (1 - c.trained_fraction)
 
 
-def _describe(phase: tuple[str, dict[str, Any]]) -> str:
-  path, selection = phase
+def _describe(phase: plans.Phase) -> str:
+  sweep, selection = phase
   chosen = ", ".join(f"{k}={'/'.join(map(str, v)) if isinstance(v, tuple) else v}"
                      for k, v in selection.items())
-  return f"{sweep_lib.sweep_name(path)}: {chosen or 'all'}"
+  return f"{sweep}: {chosen or 'all'}"
 
 
-def table(archive: pathlib.Path, phases: Sequence[tuple[str, dict[str, Any]]], *,
+def table(archive: pathlib.Path, sweeps: plans.Sweeps, phases: Sequence[plans.Phase], *,
           image_size: int, channels: int) -> list[str]:
-  """A markdown table, one row per phase and a total: runs, done, core hours spent and left."""
+  """A markdown table, one row per phase (of `sweeps`' runs) and a total: runs, done, core hours
+  spent and left."""
   costs = [run_cost(archive, item, image_size=image_size, channels=channels)
-           for item in study.plan(phases)]
+           for item in plans.plan(sweeps, phases)]
   rates = core_hours_per_pflop(costs)
   lines = ["| phase | runs | done | core hours spent | core hours left (estimate) |",
            "|---|---|---|---|---|"]

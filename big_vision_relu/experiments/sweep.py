@@ -48,6 +48,11 @@ def _short(key: str, value: Any) -> str:
   return str(value)
 
 
+# The repository: `Run.config` paths are relative to it (the trainer runs with its checkout, or
+# a study's pinned worktree, as its working directory).
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
   """One run of a sweep: `config` (a path relative to the repository) with `args`.
@@ -133,9 +138,10 @@ def _load_module(path: str):
 
 
 def load_config_file(config_arg: str) -> ml_collections.ConfigDict:
-  """The config that `--config config_arg` ("file.py:args" or "file.py") gives the trainer."""
+  """The config that `--config config_arg` ("file.py:args" or "file.py"; a relative path is the
+  repository's, as in `Run.config`) gives the trainer."""
   path, _, arg = config_arg.partition(":")
-  module = _load_module(path)
+  module = _load_module(str(REPO / path))
   return module.get_config(arg) if arg else module.get_config()
 
 
@@ -144,14 +150,18 @@ def load_config(run: Run) -> ml_collections.ConfigDict:
   return load_config_file(run.config_arg)
 
 
-def load_sweep(path: str) -> list[Run]:
-  """The runs of a sweep file; raises ValueError on duplicate run ids."""
-  runs = _load_module(path).get_sweep()
+def checked_runs(runs: Sequence[Run], name: str) -> list[Run]:
+  """`runs` (of the sweep `name`) as a list; raises ValueError on duplicate run ids."""
   ids = [r.run_id for r in runs]
   duplicates = sorted({i for i in ids if ids.count(i) > 1})
   if duplicates:
-    raise ValueError(f"{path}: duplicate run ids {duplicates}.")
-  return runs
+    raise ValueError(f"{name}: duplicate run ids {duplicates}.")
+  return list(runs)
+
+
+def load_sweep(path: str) -> list[Run]:
+  """The runs of a sweep file; raises ValueError on duplicate run ids."""
+  return checked_runs(_load_module(path).get_sweep(), path)
 
 
 def load_figure_spec(path: str) -> FigureSpec:
@@ -172,7 +182,8 @@ def workdir(root: str, run: Run) -> str:
 
 
 def sweep_link(root: str, path: str, run: Run) -> str:
-  """`<root>/<sweep name>/<run id>`: where a local archive links the run for browsing."""
+  """`<root>/<sweep name>/<run id>` (`path`: a sweep file, or a sweep's name): where a local
+  archive links the run for browsing."""
   return f"{root.rstrip('/')}/{sweep_name(path)}/{run.run_id}"
 
 

@@ -6,12 +6,11 @@ hours. 3 x 2 x 3 = 18 runs.
     python -m big_vision_relu.experiments.report --sweep configs/repro/fig1.py \
         --root results/repro --out docs/reproduction
 """
-from big_vision_relu.experiments import repro
+from big_vision_relu.experiments.studies import repro
 from big_vision_relu.experiments.sweep import Run
 
 FIGURE = repro.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  return [repro.run(size=size, attention=attention, seed=seed)
-          for size in repro.SIZES for attention in ("softmax", "relu") for seed in repro.SEEDS]
+  return repro.fig1()

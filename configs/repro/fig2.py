@@ -7,19 +7,11 @@ qk-layernorm on. Seed 0 everywhere; seeds 1 and 2 too at alpha 0 and 1 (and for 
     python -m big_vision_relu.experiments.report --sweep configs/repro/fig2.py \
         --root results/repro --out docs/reproduction
 """
-from big_vision_relu.experiments import repro
-from big_vision_relu.models.attention import PAPER_ACTIVATIONS
+from big_vision_relu.experiments.studies import repro
 from big_vision_relu.experiments.sweep import Run
 
 FIGURE = repro.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  runs = []
-  for patch in repro.PATCHES:
-    for seed in repro.SEEDS:
-      runs.append(repro.run(patch=patch, attention="softmax", seed=seed))
-      runs += [repro.run(patch=patch, attention=activation, alpha=alpha, seed=seed)
-               for activation in PAPER_ACTIVATIONS for alpha in repro.ALPHAS
-               if seed == 0 or alpha in repro.SEEDED_ALPHAS]
-  return runs
+  return repro.fig2()

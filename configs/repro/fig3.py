@@ -4,11 +4,11 @@ at patch 4 and 2, seed 0 (the runs with qk-LN are Figure 2's). 2 x 2 x 8 x 2 = 6
     python -m big_vision_relu.experiments.report --sweep configs/repro/fig3.py \
         --root results/repro --out docs/reproduction
 """
-from big_vision_relu.experiments import repro
+from big_vision_relu.experiments.studies import repro
 from big_vision_relu.experiments.sweep import Run
 
 FIGURE = repro.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  return repro.GRID.ablation("qk_norm", repro.ALPHAS, patch=repro.PATCHES)
+  return repro.fig3()

@@ -5,11 +5,11 @@ report's table gives the gate's cost: core hours with / without, over matched ru
     python -m big_vision_relu.experiments.report --sweep configs/repro/fig4.py \
         --root results/repro --out docs/reproduction
 """
-from big_vision_relu.experiments import repro
+from big_vision_relu.experiments.studies import repro
 from big_vision_relu.experiments.sweep import Run
 
 FIGURE = repro.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  return repro.GRID.ablation("gated", repro.ALPHAS, patch=repro.PATCHES)
+  return repro.fig4()

@@ -4,12 +4,11 @@ r"""The recipe's calibration: softmax and relu/L (seed 0, L = 196) at each of fm
 
     python -m big_vision_relu.experiments.sweep configs/study/calibration.py --list
 """
-from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
 from big_vision_relu.experiments.sweep import Run
 
 FIGURE = fmnist.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  return [*fmnist.calibration(), *(r for r in fmnist.phase_a() if r.args["seed"] == 0
-                                   and r.args["alpha"] == 1.0)]
+  return fmnist.calibration_sweep()

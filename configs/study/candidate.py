@@ -13,7 +13,7 @@ cores), 12.8 and 9.3 the 80-epoch ones; at 40 epochs relu/L - softmax = +0.62 po
 and relu alpha 1 - alpha 0 = +1.51 (SE 0.04), both "holds"; at 80 epochs softmax 0.8978 and
 relu/L 0.9068, -0.48 and -0.19 points from 40: point 3 met.
 """
-from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
 from big_vision_relu.experiments.sweep import Run
 
 FIGURE = fmnist.FIGURE

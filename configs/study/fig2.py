@@ -5,17 +5,11 @@ elsewhere.
 
     python -m big_vision_relu.experiments.sweep configs/study/fig2.py --list
 """
-from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
 from big_vision_relu.experiments.sweep import Run
 
 FIGURE = fmnist.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  runs = fmnist.phase_a()
-  runs += [fmnist.run(attention=a, alpha=alpha) for a in ("relu", "relu2")
-           for alpha in fmnist.ALPHAS if (a, alpha) not in (("relu", 0.0), ("relu", 1.0))]
-  runs += fmnist.later_seed_alpha_pairs(attention="relu2")
-  runs += [fmnist.run(attention=a, alpha=alpha) for a in fmnist.OTHER_ACTIVATIONS
-           for alpha in (0.0, 1.0)]
-  return runs
+  return fmnist.fig2()

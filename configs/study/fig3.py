@@ -3,11 +3,11 @@ r"""Figure 3 on Fashion-MNIST at L = 196: relu and relu2 at alpha 0, 1, 1.5 with
 
     python -m big_vision_relu.experiments.sweep configs/study/fig3.py --list
 """
-from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
 from big_vision_relu.experiments.sweep import Run
 
 FIGURE = fmnist.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  return fmnist.GRID.ablation("qk_norm", fmnist.ABLATION_ALPHAS)
+  return fmnist.fig3()

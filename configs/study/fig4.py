@@ -4,12 +4,11 @@ alpha 0 and 1 also at seeds 1-2, for the paired gate row (docs/reproduction.md 1
 
     python -m big_vision_relu.experiments.sweep configs/study/fig4.py --list
 """
-from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
 from big_vision_relu.experiments.sweep import Run
 
 FIGURE = fmnist.FIGURE
 
 
 def get_sweep() -> list[Run]:
-  return (fmnist.GRID.ablation("gated", fmnist.ABLATION_ALPHAS)
-          + fmnist.later_seed_alpha_pairs(attention="relu2", gated=True))
+  return fmnist.fig4()

@@ -3,7 +3,7 @@ it must land within mean +- 2 sd of its arm's seeds 0-2 (docs/reproduction.md, 1
 
     python -m big_vision_relu.experiments.sweep configs/study/held_out.py --list
 """
-from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
 from big_vision_relu.experiments.sweep import Run
 
 FIGURE = fmnist.FIGURE

@@ -10,7 +10,7 @@ Measured (docs/fmnist/verdicts.md): 5.7 (softmax) and 5.3 (relu/L) core hours; s
 (+0.26 points over 20 epochs, last quarter +0.24), relu/L 0.9087 (+1.13): rule (c) on the
 20-epoch recipe not met, rule E1 met (40 epochs the candidate, configs/study/candidate.py).
 """
-from big_vision_relu.experiments import fmnist
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
 from big_vision_relu.experiments.sweep import Run
 
 FIGURE = fmnist.FIGURE

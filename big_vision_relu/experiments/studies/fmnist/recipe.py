@@ -5,10 +5,11 @@ that candidate, point 3 of issue #22."""
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from collections.abc import Sequence
 
-from big_vision_relu.experiments import fmnist
-from big_vision_relu.experiments.fmnist_results import RunResult, pct, table
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
+from big_vision_relu.experiments.studies.fmnist.results import RunResult, load_results, pct, table
 
 SOFTMAX_MIN_ACCURACY = 0.89  # rule (a)
 LAST_QUARTER_MAX_GAIN = 0.005  # rule (b)
@@ -87,6 +88,15 @@ def calibration(results: Sequence[RunResult]) -> Calibration:
     reason += (f"; its softmax {'meets' if meets else 'does NOT meet'} (a) and its last quarter "
                f"{'meets' if converged(choice) else 'does NOT meet'} (b)")
   return Calibration(a=a, b=b, c=c, choice=choice, reason=reason, rows=tuple(rows))
+
+
+def gate(archive: pathlib.Path) -> tuple[tuple[int, ...], str] | None:
+  """The study's gate (`Plan.gate`): until rules (a)-(c) accept the recipe, only the
+  calibration phases train (None once they have)."""
+  rules = calibration(load_results(archive))
+  if rules.accepted:
+    return None
+  return fmnist.CALIBRATION_PHASES, f"the recipe is not accepted (yet): {rules.reason}"
 
 
 def _rule(ok: bool | None) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 from big_vision_relu.experiments.sweep import Grid, Run
 
 CONFIG = "configs/study/fmnist_vit.py"
-SWEEP = "configs/alpha_length/grid.py"
+SWEEP = "grid"  # its one sweep (`PLAN.sweeps`; configs/alpha_length/grid.py lists it)
 PATCH_TO_LENGTH = {7: 16, 4: 49, 2: 196}  # 28 x 28 images: (28 / patch)^2 tokens, no class token
 ALPHAS = {16: (0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0), 49: (0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0),
           # alpha 0 too: H0's predicted 0.74 must not sit at the grid's end (it would be censored)
@@ -66,7 +66,7 @@ def runs(patch: int, seeds: Sequence[int] = SEEDS) -> list[Run]:
   return [GRID.run(**cell, seed=seed) for seed in seeds for cell in cells(patch)]
 
 
-# (sweep file, selection) in run order, as `study.plan` reads them: L = 16, then 49, seed 0's
+# (sweep, selection) in run order, as `plans.plan` reads them: L = 16, then 49, seed 0's
 # grid first at each; L = 196 last (its runs cost ~4x a run at L = 49 each).
 PHASES: tuple[tuple[str, dict[str, Any]], ...] = tuple(
     (SWEEP, {"patch": patch, "seed": seeds})

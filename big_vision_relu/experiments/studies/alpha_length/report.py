@@ -1,14 +1,15 @@
 r"""The alpha-length study's report, redrawn from its archive (docs/alpha_length.md, section 6).
 
-    python -m big_vision_relu.experiments.alpha_length_report --archive results/alpha_length \
-        --out docs/alpha_length          # bash launch/study.sh alpha_length report
+    python -m big_vision_relu.experiments.studies.alpha_length.report \
+        --archive results/alpha_length --out docs/alpha_length
+    bash launch/study.sh alpha_length report       # the same (the study's PLAN.report)
 
 Writes `<out>/results.md` (per length: each cell's validation score and test result over seeds,
 its distance from attention off and from softmax, the attention statistics at the start and the
 end; alpha*(L) with its bootstrap interval; the verdict by the pre-registered rule once a length's
 grid is complete; relu/L against softmax; the trivial baselines; the compute spent) and two
 figures: `accuracy_vs_alpha.png` and `alpha_star.png`. Everything is computed by
-`experiments.alpha_length`'s functions (the protocol's code) from the archived metrics.jsonl.
+`protocol`'s functions (the protocol's code) from the archived metrics.jsonl.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from big_vision_relu import metrics as metrics_lib
-from big_vision_relu.experiments import alpha_length as al
+from big_vision_relu.experiments.studies.alpha_length import protocol as al
 
 ATTENTION_STATS = ("row_sum_mean", "attention_to_residual")
 CORE_HOURS = "core_hours"

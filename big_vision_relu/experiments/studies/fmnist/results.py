@@ -1,6 +1,6 @@
 """The Fashion-MNIST study's archived runs as the report reads them: each run's final metrics,
 its test-accuracy curve (for the recipe's convergence rules) and where it was trained; and the
-Markdown cells the report and the recipe rules (`fmnist_recipe`) share."""
+Markdown cells the report and the recipe rules (`recipe`) share."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from big_vision_relu import metrics as metrics_lib
-from big_vision_relu.experiments import fmnist, provenance, run_status, study
+from big_vision_relu.experiments import archive as archive_lib
+from big_vision_relu.experiments import plans, provenance, run_status
 from big_vision_relu.experiments import sweep as sweep_lib
+from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
 
 ACCURACY = "test/prec@1"
 TRANSFER = "fewshot/10shot_avg"
@@ -50,7 +52,7 @@ class RunResult:
 
 
 def load_run(archive: pathlib.Path, run: sweep_lib.Run) -> RunResult:
-  directory = study.archived_dir(archive, run)
+  directory = archive_lib.archived_dir(archive, run)
   row = run_status.collect_run(run, directory)
   records: dict[int, dict[str, Any]] = {}
   if (directory / "metrics.jsonl").exists():
@@ -65,7 +67,7 @@ def load_run(archive: pathlib.Path, run: sweep_lib.Run) -> RunResult:
 
 def load_results(archive: pathlib.Path) -> list[RunResult]:
   """Every planned run's result (finished or not) from the archive."""
-  return [load_run(archive, item.run) for item in study.plan(fmnist.PHASES)]
+  return [load_run(archive, item.run) for item in plans.plan(fmnist.SWEEPS, fmnist.PHASES)]
 
 
 def runs_by_seed(results: Sequence[RunResult], **args: Any) -> dict[int, RunResult]:

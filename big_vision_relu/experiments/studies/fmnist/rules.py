@@ -6,7 +6,7 @@ accuracy. With seeds, Delta is a paired difference over seeds with its standard 
 2 sqrt(2) sigma (`single_seed_noise`, `favours`, `little_effect`). An arm whose runs do not all
 beat the raw-pixel baselines measures nothing (`measures_something`), whatever Delta says. A
 held-out seed must land inside its arm's seed spread (`inside_seed_spread`).
-`experiments.fmnist_report` gathers the numbers from the archive and prints the verdicts.
+`studies.fmnist.report` gathers the numbers from the archive and prints the verdicts.
 """
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""The Fashion-MNIST study's grid, run order and claims (docs/reproduction.md; configs/study/).
+"""The Fashion-MNIST study's grid, sweeps, run order and claims (docs/reproduction.md; the
+sweep files configs/study/*.py list the sweeps).
 
 Every run uses configs/study/fmnist_vit.py with all its study arguments spelled out in one
 order, so a run shared by several figures has one run id and is trained once. Phases follow
 the issue's plan: a partial study answers the main question first, and the runs a claim
-(`CLAIMS`, judged by `experiments.fmnist_report`) needs come before those that only draw a
+(`CLAIMS`, judged by `studies.fmnist.report`) needs come before those that only draw a
 figure.
 """
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from big_vision_relu.experiments import decision_rules
+from big_vision_relu.experiments import plans
+from big_vision_relu.experiments.studies.fmnist import rules as decision_rules
 from big_vision_relu.experiments.sweep import FigureSpec, Grid, Run
 
 CONFIG = "configs/study/fmnist_vit.py"
@@ -84,44 +86,86 @@ def held_out() -> list[Run]:
   return [run(attention="relu", seed=HELD_OUT_SEED)]
 
 
-# (sweep file, {argument: value or tuple of values}), as `study.plan` reads them.
+def calibration_sweep() -> list[Run]:
+  """The calibration runs and phase A's seed-0 softmax and relu/L, the recipe's own point."""
+  return [*calibration(), *(r for r in phase_a() if r.args["seed"] == 0
+                            and r.args["alpha"] == 1.0)]
+
+
+def fig1() -> list[Run]:
+  """Figure 1 at L = 49: softmax and relu/L for each size, 3 seeds. A seed's softmax and relu/L
+  next to each other: the study's two workers start them together or one after the other, so
+  a pair trains on one machine (docs/reproduction.md 1.4)."""
+  return [run(size=size, patch=4, attention=a, seed=seed) for size in SIZES
+          for seed in SEEDS for a in ("softmax", "relu")]
+
+
+def fig2() -> list[Run]:
+  """Figure 2 at L = 196: phase A, relu and relu2 over ALPHAS, relu2's seeds 1-2 at alpha 0
+  and 1, the other activations at alpha 0 and 1."""
+  runs = phase_a()
+  runs += [run(attention=a, alpha=alpha) for a in ("relu", "relu2")
+           for alpha in ALPHAS if (a, alpha) not in (("relu", 0.0), ("relu", 1.0))]
+  runs += later_seed_alpha_pairs(attention="relu2")
+  runs += [run(attention=a, alpha=alpha) for a in OTHER_ACTIVATIONS for alpha in (0.0, 1.0)]
+  return runs
+
+
+def fig3() -> list[Run]:
+  """Figure 3: relu and relu2 at ABLATION_ALPHAS with and without qk-layernorm, seed 0."""
+  return GRID.ablation("qk_norm", ABLATION_ALPHAS)
+
+
+def fig4() -> list[Run]:
+  """Figure 4: relu and relu2 at ABLATION_ALPHAS with and without the gate, seed 0; relu2's
+  gated alpha 0 and 1 at seeds 1-2 too."""
+  return (GRID.ablation("gated", ABLATION_ALPHAS)
+          + later_seed_alpha_pairs(attention="relu2", gated=True))
+
+
+SWEEPS: plans.Sweeps = {"calibration": calibration_sweep, "held_out": held_out, "fig1": fig1,
+                        "fig2": fig2, "fig3": fig3, "fig4": fig4,
+                        "twice_as_long": twice_as_long, "candidate": candidate}
+
+
+# (sweep, {argument: value or tuple of values}), as `plans.plan` reads them.
 # Calibration's base runs are phase A's seed-0 runs; their 2x twins come right after.
-PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("configs/study/fig2.py", {"attention": ("softmax", "relu"), "alpha": 1.0, "seed": 0}),
-    ("configs/study/calibration.py", {}),
-    ("configs/study/fig2.py", {"attention": ("softmax", "relu"), "alpha": (0.0, 1.0)}),
-    ("configs/study/held_out.py", {}),
+PHASES: tuple[plans.Phase, ...] = (
+    ("fig2", {"attention": ("softmax", "relu"), "alpha": 1.0, "seed": 0}),
+    ("calibration", {}),
+    ("fig2", {"attention": ("softmax", "relu"), "alpha": (0.0, 1.0)}),
+    ("held_out", {}),
     # D (Figure 1, the paper's headline; ~5x cheaper per image at L = 49) before B and C, as
     # docs/reproduction.md 1.4 planned once the calibration had doubled every run's cost.
-    ("configs/study/fig1.py", {}),
+    ("fig1", {}),
     # B and C, the runs a claim of docs/reproduction.md 1.2 needs first (written in the study's
     # eighth session, before phase A had finished and before any B or C run existed): the
     # single-seed rows at alpha 0 and 1 (relu2's alpha pair, identity, qk-LN off, gate on),
     # then relu2's seeds 1-2 (its paired alpha row), then alpha 1.5's qk-LN rows.
-    ("configs/study/fig2.py", {"attention": "relu2", "alpha": (0.0, 1.0), "seed": 0}),
-    ("configs/study/fig2.py", {"attention": "identity", "alpha": 1.0}),
-    ("configs/study/fig3.py", {"alpha": (0.0, 1.0)}),
-    ("configs/study/fig4.py", {"alpha": (0.0, 1.0), "seed": 0}),
-    ("configs/study/fig2.py", {"attention": "relu2", "alpha": (0.0, 1.0)}),
-    ("configs/study/fig3.py", {}),
+    ("fig2", {"attention": "relu2", "alpha": (0.0, 1.0), "seed": 0}),
+    ("fig2", {"attention": "identity", "alpha": 1.0}),
+    ("fig3", {"alpha": (0.0, 1.0)}),
+    ("fig4", {"alpha": (0.0, 1.0), "seed": 0}),
+    ("fig2", {"attention": "relu2", "alpha": (0.0, 1.0)}),
+    ("fig3", {}),
     # Added in the study's twenty-sixth session, before any of its runs existed (1.2): relu2's
     # gated alpha pair at seeds 1-2, so the gate row for relu2 is also judged paired.
-    ("configs/study/fig4.py", {"attention": "relu2", "gated": True, "seed": (1, 2)}),
+    ("fig4", {"attention": "relu2", "gated": True, "seed": (1, 2)}),
     # Last, the runs no claim needs (Figures 2 and 4 drawn in full): the first to be cut.
-    ("configs/study/fig2.py", {}),
-    ("configs/study/fig4.py", {}),
+    ("fig2", {}),
+    ("fig4", {}),
     # Added in session 52 (the study's fortieth), after the 68 runs above had finished and
     # before any 40-epoch run existed (docs/reproduction.md 1.2, "The recipe trained twice as
     # long"): rule (c) on the recipe itself, which D1 had left out for its cost.
-    ("configs/study/twice_as_long.py", {}),
+    ("twice_as_long", {}),
     # Added in session 54 (the study's forty-second), once phase 14 had met rule E1 (1.2, "If
     # the recipe stays short of (b)"), as its rule E2 orders: phase A's other seven runs at the
     # candidate's 40 epochs, then its seed-0 pair at 80.
-    ("configs/study/candidate.py", {"epochs": CANDIDATE_EPOCHS}),
-    ("configs/study/candidate.py", {"epochs": 2 * CANDIDATE_EPOCHS}),
+    ("candidate", {"epochs": CANDIDATE_EPOCHS}),
+    ("candidate", {"epochs": 2 * CANDIDATE_EPOCHS}),
 )
 # The recipe's calibration (phase 0's runs at the recipe, phase 1's at the other points): until
-# its rules (docs/reproduction.md 1.2) accept the recipe, launch/study.sh runs only these.
+# its rules (docs/reproduction.md 1.2) accept the recipe, the study runs only these (its gate).
 CALIBRATION_PHASES = (0, 1)
 
 
