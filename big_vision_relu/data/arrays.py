@@ -152,7 +152,11 @@ def _whole_split(name: str, split_name: str, data_dir: str | None) -> Split:
 
 
 def _bound(text: str, num_examples: int, percent: bool, spec: str) -> int:
-  value = float(text) if percent else int(text)
+  try:
+    value = float(text) if percent else int(text)
+  except ValueError:
+    raise ValueError(f"Split {spec!r}: {text!r} is not a whole number of records (or give "
+                     "percents, e.g. 'train[:10%]').") from None
   if percent:
     value = int(round(value * num_examples / 100.0))
   if abs(value) > num_examples:
