@@ -27,8 +27,9 @@ def implementations(block_size: int) -> dict:
   relu = dict(activation="relu", seqlen_alpha=1.0)
   return {
       "relu/L dense": functools.partial(attn.dot_product_attention, **relu),
-      "relu/L chunked": functools.partial(blockwise.chunked_pointwise_attention, **relu,
-                                          block_size=block_size),
+      "relu/L chunked": functools.partial(blockwise.chunked_pointwise_attention,
+                                          attn.AttentionOptions(**relu, impl="chunked",
+                                                                block_size=block_size)),
       "softmax dense (XLA)": functools.partial(attn.dot_product_attention, activation="softmax"),
       "jax.nn.dot_product_attention": functools.partial(jax.nn.dot_product_attention,
                                                         implementation="xla"),

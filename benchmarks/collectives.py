@@ -144,8 +144,9 @@ def main() -> None:
 
   impls = {
       "relu/L seq_parallel (ring)": functools.partial(
-          blockwise.seq_parallel_pointwise_attention, activation="relu", seqlen_alpha=1.0,
-          mesh=mesh, block_size=args.block_size),
+          blockwise.seq_parallel_pointwise_attention, attn.AttentionOptions(
+              activation="relu", seqlen_alpha=1.0, impl="seq_parallel", mesh=mesh,
+              block_size=args.block_size)),
       "softmax all-gather": all_gather_attention(mesh, "softmax"),
       "relu/L all-gather": all_gather_attention(mesh, "relu"),
   }

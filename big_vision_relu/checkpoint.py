@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -258,3 +259,32 @@ def read_state(step_dir: epath.PathLike, sharding: jax.sharding.Sharding) -> Any
       path, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
     )
   return restored.state
+
+
+def read_params(step_dir: epath.PathLike, shardings: Callable[[Any], Any]) -> Any:
+  """The `params` of the state saved in one step directory, read-only; nothing else of the state
+  (the optimizer's) is read, so it costs the parameters' memory only.
+
+  `shardings(abstract_params)` gives each parameter's sharding, from the checkpoint's own tree
+  of `jax.ShapeDtypeStruct`s (e.g. sharding.tree_shardings with the run's strategy), so no model
+  or optimizer is needed. Raises ValueError or OSError if the step cannot be read.
+  """
+  path = epath.Path(step_dir)
+  if "://" not in str(path):  # orbax wants local paths absolute; gs:// ones stay as they are
+    path = path.absolute()
+  handler = ocp.CompositeCheckpointHandler(
+    state=ocp.PyTreeCheckpointHandler(), extra=ocp.JsonCheckpointHandler()
+  )
+  with ocp.Checkpointer(handler) as checkpointer:
+    metadata = checkpointer.metadata(path).item_metadata
+    if metadata is None or metadata.get("state") is None or "params" not in metadata["state"]:
+      raise ValueError(f"{path} is not a checkpoint step with a 'state' item holding 'params'.")
+    abstract = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype),
+                            metadata["state"]["params"])
+    target = {"params": jax.tree.map(
+      lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
+      abstract, shardings(abstract))}
+    restore_args = ocp.checkpoint_utils.construct_restore_args(target)
+    restored = checkpointer.restore(path, args=ocp.args.Composite(
+      state=ocp.args.PyTreeRestore(target, restore_args=restore_args, partial_restore=True)))
+  return restored.state["params"]

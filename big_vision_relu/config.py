@@ -302,18 +302,23 @@ DATA_SCHEMA: Schema = {
                                  required=True)),
     "split": Key(None, check_that("a TFDS split, e.g. 'train'", lambda v: isinstance(v, str),
                                   required=True)),
-    "data_dir": Key(None),  # None: TFDS's default (datasets.get_builder)
+    # None: TFDS's default (datasets.get_builder); memory pipeline: where fashion_mnist_local's
+    # IDX files are (None: Debian's; data/arrays.py).
+    "data_dir": Key(None),
     # None: the whole split; or a stratified part of it (a validation split: data/holdout.py).
     "holdout": Key(None, holdout.check_spec),
 }
 
 INPUT_SCHEMA: Schema = {
+    # tfds: TFDS datasets through tf.data; memory: the offline datasets as arrays, the pp in JAX
+    # on the device, no TensorFlow (data/inputs.py). The evaluators read through it too.
+    "pipeline": Key("tfds", one_of(("tfds", "memory"))),
     "data": DATA_SCHEMA,
     "batch_size": Key(None, check_that("a positive int (the global batch)", is_positive_int,
                                        required=True)),
     "pp": Key(None, check_that("a pp string, e.g. 'decode|onehot(10)'",
                                lambda v: isinstance(v, str), required=True)),
-    "prefetch": Key(2, check_that("an int >= 0 (host batches prepared ahead)",
+    "prefetch": Key(2, check_that("an int >= 0 (host batches tf.data prepares ahead)",
                                   lambda v: isinstance(v, int) and v >= 0)),
 }
 # big_vision's shuffle_buffer_size and cache_raw have no meaning here: the pipeline shuffles

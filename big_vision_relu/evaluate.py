@@ -8,13 +8,19 @@ The config defaults to the run's own `config.json`; `--config` may replace it (e
 evaluators: only `evals` and the model must stay compatible with the checkpoint). Results are
 printed as JSON and, with `--write`, appended to the run's metrics.jsonl and TensorBoard
 events at the checkpoint's step, under the same `<eval name>/<metric>` names as in training.
+
+Evaluating needs only what the evaluators read and the checkpoint's parameters: the training
+split need not be prepared, and the optimizer state is not read. The data goes through the
+run's input pipeline (`config.input.pipeline`: `--config.input.pipeline=memory` evaluates
+without TensorFlow). The newest checkpoint is the newest readable one; unreadable newer steps
+are skipped with a warning and left where they are.
 """
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 import big_vision_relu  # noqa: F401  (quiets TensorFlow)
@@ -26,36 +32,52 @@ from big_vision_relu import checkpoint as ckpt_lib
 from big_vision_relu import metrics as metrics_lib
 from big_vision_relu import multihost
 from big_vision_relu import run as run_lib
+from big_vision_relu import sharding
 from big_vision_relu import workdir_config
 
 
 def evaluate(config: ml_collections.ConfigDict, checkpoint_dir: str, step: int | None = None,
              write_to: str | None = None) -> dict[str, Any]:
-  """Restores `step` (default: the newest readable) from `checkpoint_dir` and runs every
-  evaluator of `config.evals`. Returns {'step': s, '<eval>/<metric>': value, ...}."""
-  run = run_lib.setup(config)
+  """Restores the parameters of `step` (default: the newest readable) from `checkpoint_dir`
+  and runs every evaluator of `config.evals`. Returns {'step': s, '<eval>/<metric>': value}."""
+  run = run_lib.setup_evaluation(config)
   evaluators = run_lib.make_evaluators(run)
   if not evaluators:
     raise ValueError("config.evals is empty: nothing to evaluate.")
-  ckpt = ckpt_lib.Checkpointer(checkpoint_dir, save_interval_steps=1)
-  try:
-    if step is None:
-      restored = ckpt.restore_latest(run.target)
-      if restored is None:
-        raise FileNotFoundError(f"No checkpoint in {checkpoint_dir}.")
-    else:
-      restored = ckpt.restore(step, run.target)
-  finally:
-    ckpt.close()
-  results: dict[str, Any] = {"step": restored.step}
+  step, params = _read_params(run, checkpoint_dir, step)
+  results: dict[str, Any] = {"step": step}
   with jax.set_mesh(run.mesh):  # as in training: seq_parallel attention finds its axis there
     for evaluator in evaluators:
-      for name, value in evaluator.run(restored.state["params"]).items():
+      for name, value in evaluator.run(params).items():
         results[f"{evaluator.name}/{name}"] = value
   if write_to is not None:
     with metrics_lib.MetricWriter(write_to) as writer:
-      writer.write_scalars(restored.step, {k: v for k, v in results.items() if k != "step"})
+      writer.write_scalars(step, {k: v for k, v in results.items() if k != "step"})
   return results
+
+
+def _read_params(run: run_lib.EvalSetup, checkpoint_dir: str, step: int | None
+                 ) -> tuple[int, Any]:
+  """(step, params) of `step`, or of the newest step that reads, sharded as in training."""
+  with ckpt_lib.Checkpointer(checkpoint_dir, save_interval_steps=1) as ckpt:
+    steps = ckpt.all_steps()
+    directory = ckpt.directory
+  candidates = [step] if step is not None else steps[::-1]
+  if not candidates:
+    raise FileNotFoundError(f"No checkpoint in {checkpoint_dir}.")
+
+  def shardings(abstract_params):
+    return sharding.tree_shardings({"params": abstract_params}, run.config.sharding_strategy,
+                                   run.mesh)["params"]
+  for candidate in candidates:
+    try:
+      return candidate, ckpt_lib.read_params(directory / str(candidate), shardings)
+    except (ValueError, OSError) as error:
+      if step is not None:
+        raise
+      logging.warning("Could not read checkpoint step %d in %s (%s: %s); trying an older one.",
+                      candidate, directory, type(error).__name__, error)
+  raise RuntimeError(f"No checkpoint in {directory} could be read (steps {steps}).")
 
 
 def main(argv: list[str]) -> None:

@@ -3,8 +3,10 @@
 `MetricWriter` writes, on process 0 only, every scalar to
 
 - TensorBoard event files in the workdir (clu's `SummaryWriter`, asynchronous), also echoed
-  to the log by clu's `LoggingWriter`;
-- `<workdir>/metrics.jsonl`: one JSON object per logged step, `{"step": s, name: value,
+  to the log by clu's `LoggingWriter`, when clu is installed (it needs TensorFlow; without it,
+  e.g. on a GPU machine with the memory pipeline, there are no event files and a warning says
+  so: TensorBoard can be fed from metrics.jsonl later);
+- `<workdir>/metrics.jsonl`, always: one JSON object per logged step, `{"step": s, name: value,
   ...}` with every scalar written at that step. Writes for the same step are merged: the
   line is held back until a write for another step, `MetricWriter.flush` or
   `MetricWriter.close`. So write all of a step's metrics (train, evals) before
@@ -71,12 +73,7 @@ class MetricWriter:
       workdir = epath.Path(workdir)
       workdir.mkdir(parents=True, exist_ok=True)
       self._jsonl = workdir / JSONL_NAME
-      # Imported here: clu loads TensorFlow (seconds), which readers of metrics.jsonl (the
-      # study's run status) do without.
-      from clu import metric_writers  # pylint: disable=g-import-not-at-top
-      self._writer = metric_writers.create_default_writer(
-        os.fspath(workdir), asynchronous=asynchronous
-      )
+      self._writer = _event_writer(workdir, asynchronous)
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
     """Logs scalars at `step`; several calls for one step make one jsonl line."""
@@ -92,7 +89,8 @@ class MetricWriter:
     if duplicates:
       raise ValueError(f"metrics {duplicates} were already written at step {step}")
     self._pending.update(values)
-    self._writer.write_scalars(int(step), values)
+    if self._writer is not None:
+      self._writer.write_scalars(int(step), values)
 
   def _write_pending(self) -> None:
     if not self._pending:
@@ -109,20 +107,35 @@ class MetricWriter:
     if not self.active:
       return
     self._write_pending()
-    self._writer.flush()
+    if self._writer is not None:
+      self._writer.flush()
 
   def close(self) -> None:
     """Flushes and closes the event file."""
     if not self.active:
       return
     self._write_pending()
-    self._writer.close()
+    if self._writer is not None:
+      self._writer.close()
 
   def __enter__(self) -> MetricWriter:
     return self
 
   def __exit__(self, *exc: object) -> None:
     self.close()
+
+
+def _event_writer(workdir: epath.Path, asynchronous: bool) -> Any:
+  """clu's default writer (TensorBoard events + log lines), or None where clu is missing."""
+  try:
+    # Imported here: clu loads TensorFlow (seconds), which readers of metrics.jsonl (the
+    # study's run status) and TensorFlow-free machines do without.
+    from clu import metric_writers  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    logging.warning("clu is not installed: no TensorBoard events in %s (metrics.jsonl has "
+                    "every metric).", workdir)
+    return None
+  return metric_writers.create_default_writer(os.fspath(workdir), asynchronous=asynchronous)
 
 
 def parse_metrics(lines: Iterable[str], name: str = JSONL_NAME) -> dict[int, dict[str, Any]]:

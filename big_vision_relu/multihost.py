@@ -1,6 +1,6 @@
-"""Multi-process jobs: when to join one, and what a lost peer does.
+"""Multi-process jobs: when to join one, how to leave it, and what a lost peer does.
 
-Two things every multi-host run needs, kept out of the training loop (the third, what a
+Three things every multi-host run needs, kept out of the training loop (a fourth, what a
 preemption notice does, is preemption.py):
 
 - `decide_initialize` (pure, unit-tested) says whether and how this process calls
@@ -9,6 +9,8 @@ preemption notice does, is preemption.py):
   no environment variable that says so: JAX finds the other workers through the VM's metadata
   server); or a `TPU_WORKER_HOSTNAMES` list of more than one host (GKE sets it). A single
   host never initialises, so one-host runs keep working without a coordinator.
+- `leave`: after training, every process leaves the job together, in a defined order (a
+  barrier, then `jax.distributed.shutdown`), not each at its own interpreter exit.
 - A lost peer: when a process dies (kill -9, a crashed or preempted host), every surviving
   process prints one line saying so and naming the checkpoint a re-run resumes from, then
   exits with status `PEER_LOST_EXIT_CODE`, instead of hanging in a collective until JAX's
@@ -245,6 +247,40 @@ def _first_line(error: BaseException) -> str:
   return lines[0] if lines else type(error).__name__
 
 
+def leave(timeout_s: float = 300.0) -> None:
+  """Leaves the multi-process job: every process at one point, in a defined order.
+
+  Without this, each process leaves at its own interpreter exit (jax's atexit hook:
+  clear_backends, then jax.distributed.shutdown), whenever it gets there: one may still be in
+  the last preemption vote's collective, an orbax barrier or its final writes while another
+  has torn down its CPU collectives and left, and process 0 (whose service the others'
+  runtime clients poll for errors) may stop the service while a peer's client is still in the
+  shutdown barrier, which that runtime treats as a fatal error (abort, "Fatal Python error:
+  Aborted"). So, after training:
+
+  1. a barrier in the coordination service: every process has finished training, saving and
+     its collectives (nothing of the job runs anywhere now);
+  2. jax.distributed.shutdown() in every process: the runtime clients leave through the
+     service's own shutdown barrier, then process 0 stops the service, all while the backends
+     are still alive (atexit's shutdown is then a no-op).
+
+  A peer that never reaches the barrier (it died meanwhile) is a lost peer: one line, exit
+  PEER_LOST_EXIT_CODE. A single process returns at once.
+  """
+  import jax  # noqa: PLC0415  (see the imports)
+  from jax._src import distributed as jax_distributed  # noqa: PLC0415  (the job's client)
+  client = jax_distributed.global_state.client
+  if client is None:
+    return
+  try:
+    client.wait_at_barrier("big_vision_relu/leave", int(timeout_s * 1000))
+  except Exception as e:  # noqa: BLE001  (a dead peer or coordinator: the runtime says which)
+    logging.error("%s", _print_peer_lost(f"not every process reached the end of the run "
+                                         f"({_first_line(e)})", _checkpoint_dir))
+    os._exit(PEER_LOST_EXIT_CODE)
+  jax.distributed.shutdown()
+
+
 # ------------------------------------------------------------------ the watching parent
 
 # In a trainer forked by `supervise`: the pipe to the watching parent (None otherwise).
@@ -322,7 +358,7 @@ def _watch(child: int, read_fd: int) -> int:
       except ProcessLookupError:
         pass
 
-  signal.signal(signal.SIGTERM, forward)  # a preemption notice: the trainer saves and exits 0
+  signal.signal(signal.SIGTERM, forward)  # a preemption notice: the trainer saves, exits 79
   signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the child (same process group)
   _, status = os.waitpid(child, 0)  # retried after a forwarded signal (PEP 475)
   done = True

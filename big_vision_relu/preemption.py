@@ -1,12 +1,14 @@
-"""What a preemption notice does: every process of a run saves the same step and exits 0.
+"""What a preemption notice does: every process of a run saves the same step and exits with
+`PREEMPTED_EXIT_CODE` ("saved, not finished": re-running the same command resumes).
 
 `PreemptionNotice`: SIGTERM (how a TPU VM announces a preemption or a maintenance
 event, and what `launch/tpu/stop.sh` sends) sets a flag in the process that got it. In a
 multi-process run the processes then agree, at the same step, that *some* process was
-signalled, so that all of them save that step and exit 0 whether every worker or only one
-got the signal. The agreement is a tiny collective (a max over one int per device) dispatched
-after each step and read one step later, so it never makes the host wait for the device; a
-single process skips it.
+signalled, so that all of them save that step and exit with `PREEMPTED_EXIT_CODE` whether
+every worker or only one got the signal (a notice at the run's last step is simply its end:
+status 0). The agreement is a tiny collective (a max over one int per device) dispatched after
+each step and read one step later, so it never makes the host wait for the device; a single
+process skips it.
 
 Why not JAX's own preemption service (`multihost_utils.reached_preemption_sync_point`,
 which orbax's `reached_preemption` asks): it relies on a C++ SIGTERM handler installed by
@@ -25,6 +27,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+# The trainer's exit status after a preemption notice: it saved a checkpoint but did not reach
+# the last step. Not 0, so that a sweep loop or a scheduler does not count the run done; not
+# multihost.PEER_LOST_EXIT_CODE (75, EX_TEMPFAIL), and outside sysexits.h's 64-78 and the shell's
+# 128 + signal, so that no tool reads it as something else. Re-running resumes.
+PREEMPTED_EXIT_CODE = 79
 
 # Set by SIGTERM; one per process, so that a handler installed by main() before the job is
 # joined and the trainer's own see the same notice.
@@ -107,3 +115,9 @@ class PreemptionNotice:
         self._shape, self._sharding, [jax.device_put(vote, d) for d in self._local])
     agreed, self._pending = self._pending, self._any(votes)
     return agreed is not None and bool(np.asarray(agreed))
+
+  def close(self) -> None:
+    """Waits for the last vote's collective, so that none is in flight when the job is left."""
+    if self._pending is not None:
+      self._pending.block_until_ready()
+      self._pending = None

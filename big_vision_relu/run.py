@@ -5,7 +5,8 @@ What `train`, `evaluate`, `inspect` and the experiment tooling all need, built o
 workdir here), whose `config` is the one that runs: every key of `config.TRAIN_SCHEMA` filled
 in, so the code below reads attributes, never defaults of its own. `make_update_fn` is the
 training step, the one function a reader needs for what a step does; `make_evaluators` builds
-the config's evaluators for a `Setup`.
+the config's evaluators for a `Setup`, or for an `EvalSetup` (`setup_evaluation`: what
+evaluating a checkpoint needs, without the training data or the optimizer).
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from big_vision_relu import config as cfg_lib
 from big_vision_relu import losses
 from big_vision_relu import optim
 from big_vision_relu import sharding
-from big_vision_relu.data import datasets
-from big_vision_relu.data import input_pipeline
+from big_vision_relu.data import batching
+from big_vision_relu.data import inputs
 from big_vision_relu.data.mixup import mixup
 from big_vision_relu.evaluators import registry as evaluators
 from big_vision_relu.models import attention as attn
@@ -134,14 +135,15 @@ def setup(config: ml_collections.ConfigDict,
   """Validates `config`, fills in its defaults and builds the model, mesh, optimizer and
   (abstract) state."""
   config = cfg_lib.validate_train_config(config)
+  pipeline = config.input.pipeline
   # Every missing dataset in one message, before any is opened (a paper config reads 11).
-  datasets.check_prepared(datasets.required_datasets(config))
+  inputs.check_prepared(inputs.required_datasets(config), pipeline)
   mesh = sharding.make_mesh(config.mesh, devices)
   batch_size = config.input.batch_size
   if batch_size % mesh.shape[DATA_AXIS]:
     raise ValueError(f"input.batch_size={batch_size} is not divisible by the {DATA_AXIS!r} "
                      f"mesh axis ({mesh.shape[DATA_AXIS]} devices); pick a multiple.")
-  input_pipeline.host_batch_size(batch_size, jax.process_count())
+  batching.host_batch_size(batch_size, jax.process_count())
   model = make_model(config)
   attention = model.attention_options
   if (attention.impl == "seq_parallel" and attention.mesh is None
@@ -149,15 +151,14 @@ def setup(config: ml_collections.ConfigDict,
     raise ValueError(f"attention_impl='seq_parallel' splits the sequence over the mesh axis "
                      f"{attention.seq_axis!r}, which config.mesh={config.mesh} lacks; use e.g. "
                      f"config.mesh=[('data', 2), ('{attention.seq_axis}', 4)].")
-  steps_per_epoch = datasets.num_examples(config.input.data) / batch_size
+  steps_per_epoch = inputs.num_examples(config.input.data, pipeline) / batch_size
   steps = resolve_durations(config, steps_per_epoch)
 
-  # The shapes of the images come from the pp; one example of the stream gives them.
-  probe = input_pipeline.training_batches(
-      config.input.data, config.input.pp, batch_size, seed=config.seed, start_step=0,
-      process_index=jax.process_index(), process_count=jax.process_count(), prefetch=1)
-  dummy_images = jnp.zeros((1, *next(probe)["image"].shape[1:]), jnp.float32)
-  probe.close()
+  # The shapes of the images come from the pp (tfds: one example of the stream gives them).
+  image_shape = inputs.training_image_shape(config.input, config.seed,
+                                            process_index=jax.process_index(),
+                                            process_count=jax.process_count())
+  dummy_images = jnp.zeros((1, *image_shape), jnp.float32)
 
   def init_params(rng):
     params = model.init(rng, dummy_images)["params"]
@@ -183,13 +184,43 @@ def setup(config: ml_collections.ConfigDict,
   target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                         abstract_state, state_shardings)
   compiler_options = _checked_compiler_options(config)
-  update = jax.jit(make_update_fn(model, tx, config), in_shardings=(state_shardings, None),
+  step = make_update_fn(model, tx, config)
+  # The memory pipeline's batches are raw: its pp (augmentation in JAX) runs first, in the step.
+  if (preprocess := inputs.step_preprocess_fn(config.input, config.seed)) is not None:
+    step = _preprocessed(step, preprocess)
+  update = jax.jit(step, in_shardings=(state_shardings, None),
                    out_shardings=(state_shardings, None), donate_argnums=(0,),
                    compiler_options=compiler_options)
   return Setup(config=config, model=model, mesh=mesh, steps=steps,
                steps_per_epoch=steps_per_epoch, tx=tx, schedules=schedules,
                init_state=init_state, state_shardings=state_shardings, target=target,
                update=update)
+
+
+def _preprocessed(update: Callable[..., tuple[dict, dict]],
+                  preprocess: Callable[[dict], dict]) -> Callable[..., tuple[dict, dict]]:
+  """`update(state, preprocess(batch))`: the training step of a raw batch."""
+  def update_raw(state, batch):
+    return update(state, preprocess(batch))
+  return update_raw
+
+
+@dataclasses.dataclass
+class EvalSetup:
+  """What evaluating a checkpoint derives from its config: no training data, no optimizer."""
+  config: ml_collections.ConfigDict  # filled in, as Setup's
+  model: vit._Model  # noqa: SLF001
+  mesh: jax.sharding.Mesh
+
+
+def setup_evaluation(config: ml_collections.ConfigDict,
+                     devices: Sequence[jax.Device] | None = None) -> EvalSetup:
+  """Validates `config` and builds its model and mesh; checks only the datasets its
+  evaluators read (the training split need not be prepared)."""
+  config = cfg_lib.validate_train_config(config)
+  inputs.check_prepared(inputs.required_datasets(config, training=False), config.input.pipeline)
+  return EvalSetup(config=config, model=make_model(config),
+                   mesh=sharding.make_mesh(config.mesh, devices))
 
 
 def _checked_compiler_options(config: ml_collections.ConfigDict) -> dict[str, Any] | None:
@@ -207,9 +238,13 @@ def _checked_compiler_options(config: ml_collections.ConfigDict) -> dict[str, An
   return options
 
 
-def make_evaluators(run: Setup) -> list[evaluators.ScheduledEvaluator]:
-  """The evaluators of `run.config.evals`, given the run's model and mesh."""
+def make_evaluators(run: Setup | EvalSetup) -> list[evaluators.ScheduledEvaluator]:
+  """The evaluators of `run.config.evals`, given the run's model, mesh and input pipeline; with
+  their cadence for a training `Setup`, without (run once) for an `EvalSetup`."""
+  training = isinstance(run, Setup)
   return evaluators.from_config(
       run.config.evals, model=run.model, mesh=run.mesh, data_axis=DATA_AXIS,
-      total_steps=run.steps["total"], steps_per_epoch=run.steps_per_epoch,
+      pipeline=run.config.input.pipeline,
+      total_steps=run.steps["total"] if training else None,
+      steps_per_epoch=run.steps_per_epoch if training else None,
       train_batch_size=run.config.input.batch_size, default_loss=run.config.loss)

@@ -1,18 +1,26 @@
-r"""Trains a ViT: one jitted update step over a device mesh; orbax checkpoints; clu metrics.
+r"""Trains a ViT: one jitted update step over a device mesh; orbax checkpoints; metrics.jsonl.
 
     python -m big_vision_relu.train --config configs/local/mnist_relu.py --workdir /tmp/run
 
 Re-running the same command resumes from the newest readable checkpoint in the workdir; a
 different config stops before anything is written unless --allow_config_change (the workdir's
-config_history.jsonl keeps every config it was run with: workdir_config.py). On
-SIGTERM (how TPU VMs announce preemption) the run saves a checkpoint and exits with status 0.
+config_history.jsonl keeps every config it was run with: workdir_config.py).
+
+Exit status: 0 when the run reached its last step (also a finished run re-run); 79
+(`preemption.PREEMPTED_EXIT_CODE`, "saved, not finished") after SIGTERM (how TPU VMs announce a
+preemption; launch/tpu/stop.sh sends it too): every process saved the same step, and re-running
+the same command resumes; 75 (`multihost.PEER_LOST_EXIT_CODE`) when a peer process died
+(below); anything else is an error (e.g. 1 on a non-finite loss).
 Multi-host: on a TPU pod every worker runs the same command (`jax.distributed.initialize()` is
 called automatically there); elsewhere pass --coordinator_address/--num_processes/--process_id.
 Only process 0 writes metrics and config.json; all processes take part in checkpoints. If a
 process dies, the others exit with status 75 and one line naming the checkpoint to resume from
 (a multi-process run trains in a forked child, watched by the process started: multihost.py).
 
-The workdir gets config.json, checkpoints/ (orbax), metrics.jsonl and TensorBoard events.
+The workdir gets config.json, data_dir.json (the TFDS data dir it read), checkpoints/ (orbax),
+metrics.jsonl and, where clu is installed, TensorBoard events. With
+`config.input.pipeline='memory'` (e.g. `fmnist_vit.py:input=memory`) neither TensorFlow nor clu is
+needed (docs/gpu.md).
 """
 from __future__ import annotations
 
@@ -48,14 +56,16 @@ from big_vision_relu import multihost as multihost_lib
 from big_vision_relu import preemption
 from big_vision_relu import run as run_lib
 from big_vision_relu import workdir_config
-from big_vision_relu.data import input_pipeline
+from big_vision_relu.data import batching
+from big_vision_relu.data import inputs
 from big_vision_relu.models import vit
 
 def train(config: ml_collections.ConfigDict, workdir: str,
           devices: Sequence[jax.Device] | None = None, *,
           allow_config_change: bool = False) -> dict[str, float]:
   """Runs (or resumes) training; returns the last logged metrics (train and evals), `step`
-  (the last step) and `start_step` (the checkpoint step it resumed from; 0 for a new run).
+  (the last step), `start_step` (the checkpoint step it resumed from; 0 for a new run) and
+  `preempted` (True: stopped by a preemption notice before the last step, saved).
 
   `devices` (default: all) are the devices of the mesh, e.g. one device of a host with eight.
   `allow_config_change`: continue a workdir whose config.json differs from `config` (e.g. more
@@ -82,6 +92,8 @@ def _train(run: run_lib.Setup, workdir: str, config_json: str,
   workdir_path = epath.Path(workdir)
   workdir_config.use_config(workdir_path, config_json, allow_change=allow_config_change,
                             write=jax.process_index() == 0)
+  if jax.process_index() == 0:  # where the notebook finds the data (TFDS_DATA_DIR on a VM)
+    workdir_config.record_data_dir(workdir_path)
   ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints", save_interval_steps=steps["ckpt"],
                                keep_last=config.keep_last_ckpts,
                                keep_every_steps=config.keep_ckpt_steps)
@@ -102,10 +114,9 @@ def _train(run: run_lib.Setup, workdir: str, config_json: str,
       state["params"] = jax.device_put(params, state_shardings["params"])
 
   update = run.update
-  batches = input_pipeline.training_batches(
-      config.input.data, config.input.pp, batch_size, seed=config.seed, start_step=start_step,
-      process_index=jax.process_index(), process_count=jax.process_count(),
-      prefetch=config.input.prefetch)
+  batches = inputs.training_batches(config.input, seed=config.seed, start_step=start_step,
+                                   process_index=jax.process_index(),
+                                   process_count=jax.process_count())
   writer = metrics_lib.MetricWriter(workdir)
   # The paper's unit is the TensorCore: on v4 / v5p one device is a chip of two.
   cores = jax.device_count() * metrics_lib.tensorcores_per_device(jax.devices()[0].device_kind)
@@ -139,9 +150,7 @@ def _train(run: run_lib.Setup, workdir: str, config_json: str,
   try:
     with preemption.SigtermHandler():  # already entered by train(); harmless
       for step in range(start_step + 1, steps["total"] + 1):
-        host_batch = next(batches)
-        batch = input_pipeline.make_global_batch(
-            {k: host_batch[k] for k in ("image", "labels")}, mesh, run_lib.DATA_AXIS)
+        batch = batching.make_global_batch(next(batches), mesh, run_lib.DATA_AXIS)
         # The step's inputs are all device arrays: a stray numpy array or Python value reaching
         # it would fail here instead of silently transferring (on a pod, serialising the step).
         with jax.transfer_guard("disallow"):
@@ -169,6 +178,7 @@ def _train(run: run_lib.Setup, workdir: str, config_json: str,
           save(step, force=True)
           break
         save(step, force=step == steps["total"])
+    notice.close()
   finally:
     batches.close()
     ckpt.wait_until_finished()  # a save in flight completes even when training failed
@@ -176,6 +186,7 @@ def _train(run: run_lib.Setup, workdir: str, config_json: str,
     writer.close()
   logged["step"] = step
   logged["start_step"] = start_step
+  logged["preempted"] = step < steps["total"]  # saved, not finished
   return logged
 
 
@@ -200,8 +211,11 @@ def main(argv: list[str]) -> None:
     with multihost_lib.PeerWatchdog(timeout=FLAGS.peer_timeout_s):
       result = train(FLAGS.config, FLAGS.workdir,
                      allow_config_change=FLAGS.allow_config_change)
-  if jax.process_index() == 0:
-    print(json.dumps(result, indent=1, sort_keys=True))
+    if jax.process_index() == 0:
+      print(json.dumps(result, indent=1, sort_keys=True), flush=True)
+    multihost_lib.leave()  # every process together, not at interpreter exit
+  if result["preempted"]:
+    sys.exit(preemption.PREEMPTED_EXIT_CODE)
 
 
 if __name__ == "__main__":

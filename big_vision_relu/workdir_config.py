@@ -9,11 +9,17 @@ differing key, unless the change is deliberate (`--allow_config_change`, e.g. mo
 The workdir keeps `config.json` (the config of its latest start) and `config_history.jsonl`:
 one line per config it was run with, `{"time": ISO-8601 UTC, "config": {...}, "changes":
 ["key: old -> new", ...]}` (time null for the config of a workdir written before the history).
+
+It also keeps `data_dir.json`, `{"tfds_data_dir": DIR}`: the TFDS data dir the run read its
+datasets from where the config names none (`TFDS_DATA_DIR` on a TPU VM, as launch/tpu sets it,
+else TFDS's default), written at each start (`record_data_dir`), so that tools that open the
+run elsewhere (the Colab notebook: `recorded_data_dir`) find its data.
 """
 from __future__ import annotations
 
 import datetime
 import json
+import os
 from typing import Any
 
 import ml_collections
@@ -23,6 +29,26 @@ from big_vision_relu import config as cfg_lib
 
 CONFIG_NAME = "config.json"
 HISTORY_NAME = "config_history.jsonl"
+DATA_DIR_NAME = "data_dir.json"
+
+
+def record_data_dir(workdir: epath.PathLike) -> str:
+  """Writes `<workdir>/data_dir.json` (see the module docstring); returns the data dir.
+
+  The data dir as TFDS resolves it for a dataset without its own `data_dir`: env
+  `TFDS_DATA_DIR`, else `~/tensorflow_datasets` (tfds.core.constants, read here without
+  importing TFDS)."""
+  data_dir = os.environ.get("TFDS_DATA_DIR") or os.path.join(os.path.expanduser("~"),
+                                                             "tensorflow_datasets")
+  (epath.Path(workdir) / DATA_DIR_NAME).write_text(json.dumps({"tfds_data_dir": data_dir}))
+  return data_dir
+
+
+def recorded_data_dir(workdir: epath.PathLike) -> str | None:
+  """The data dir `record_data_dir` wrote for the run in `workdir`; None for a workdir
+  written before it did."""
+  path = epath.Path(workdir) / DATA_DIR_NAME
+  return json.loads(path.read_text())["tfds_data_dir"] if path.exists() else None
 
 
 def read_config(workdir: epath.PathLike) -> ml_collections.ConfigDict:

@@ -17,7 +17,7 @@ from big_vision_relu import sharding
 from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 from big_vision_relu.models import attention as attn
-from big_vision_relu.models import blockwise, vit
+from big_vision_relu.models import blockwise, cudnn_attention, vit
 from big_vision_relu.models.attention import AttentionOptions
 from big_vision_relu.models.multihead import MultiHeadDotProductAttention
 
@@ -59,8 +59,9 @@ def test_chunked_equals_dense_outputs_and_grads(activation):
     for alpha in ALPHAS:
       kw = dict(activation=activation, seqlen_alpha=alpha)
       dense = lambda q, k, v, kw=kw: attn.dot_product_attention(q, k, v, **kw)  # noqa: E731
-      chunked = lambda q, k, v, kw=kw: blockwise.chunked_pointwise_attention(  # noqa: E731
-          q, k, v, block_size=4, **kw)  # 13 queries -> 4 blocks of 4; 11 keys -> 3 of 4
+      # 13 queries -> 4 blocks of 4; 11 keys -> 3 of 4
+      chunked = functools.partial(blockwise.chunked_pointwise_attention,
+                                  AttentionOptions(impl="chunked", block_size=4, **kw))
       results.append((outputs_and_grads(chunked, q, k, v, d_out),
                       outputs_and_grads(dense, q, k, v, d_out)))
     return results
@@ -72,8 +73,8 @@ def test_chunked_equals_dense_outputs_and_grads(activation):
 def test_chunked_keeps_batch_dims_dtype_and_blocks_within_block_size():
   q, k, v, _ = qkv(lq=9, lk=9)
   q, k, v = (x.reshape(1, 2, 9, 2, 4).astype(jnp.bfloat16) for x in (q, k, v))
-  out = jit(blockwise.chunked_pointwise_attention, static_argnames="block_size")(
-      q, k, v, block_size=4)
+  out = jit(functools.partial(blockwise.chunked_pointwise_attention, AttentionOptions(
+      activation="relu", impl="chunked", block_size=4)))(q, k, v)
   assert out.shape == (1, 2, 9, 2, 4) and out.dtype == jnp.bfloat16
   dense = attn.dot_product_attention(q, k, v)
   np.testing.assert_allclose(out.astype(np.float32), dense.astype(np.float32), atol=2e-2)
@@ -92,8 +93,9 @@ def test_seq_parallel_equals_dense_on_8_devices():
     results = []
     for activation, alpha in (("relu", 1.0), ("gelu", 2.0)):
       kw = dict(activation=activation, seqlen_alpha=alpha)
-      ring = lambda q, k, v, kw=kw: blockwise.seq_parallel_pointwise_attention(  # noqa: E731
-          q, k, v, mesh=mesh, block_size=3, **kw)  # 4 local tokens -> 2 blocks of 2
+      # 4 local tokens -> 2 blocks of 2
+      ring = functools.partial(blockwise.seq_parallel_pointwise_attention, AttentionOptions(
+          impl="seq_parallel", mesh=mesh, block_size=3, **kw))
       dense = lambda q, k, v, kw=kw: attn.dot_product_attention(q, k, v, **kw)  # noqa: E731
       results.append((outputs_and_grads(ring, q, k, v, d_out),
                       outputs_and_grads(dense, q, k, v, d_out)))
@@ -105,11 +107,14 @@ def test_seq_parallel_equals_dense_on_8_devices():
 
 def test_seq_parallel_uses_the_context_mesh_and_needs_the_axis():
   q, k, v, _ = qkv(lq=8, lk=8)
+  ring = functools.partial(blockwise.seq_parallel_pointwise_attention,
+                           AttentionOptions(activation="relu", impl="seq_parallel"))
   with jax.set_mesh(sharding.make_mesh(MESH_AXES)):
-    out = jit(blockwise.seq_parallel_pointwise_attention)(q, k, v)
+    out = jit(ring)(q, k, v)
   assert_close(out, attn.dot_product_attention(q, k, v))
-  with pytest.raises(ValueError, match="no sequence axis seq_axis='seq'"):
-    blockwise.seq_parallel_pointwise_attention(q, k, v, mesh=sharding.make_mesh([("data", -1)]))
+  with jax.set_mesh(sharding.make_mesh([("data", -1)])), pytest.raises(
+      ValueError, match="no sequence axis seq_axis='seq'"):
+    ring(q, k, v)
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -127,7 +132,11 @@ def test_bad_impl_configs_raise(kw, match):
 def test_blockwise_paths_reject_masks_and_sown_weights():
   q, k, v, _ = qkv()
   with pytest.raises(ValueError, match="takes no mask"):
-    blockwise.chunked_pointwise_attention(q, k, v, mask=jnp.ones((13, 11), bool))
+    blockwise.chunked_pointwise_attention(AttentionOptions(activation="relu", impl="chunked"),
+                                          q, k, v, mask=jnp.ones((13, 11), bool))
+  with pytest.raises(ValueError, match=r"needs AttentionOptions\(impl='chunked', ...\), got "
+                     "impl='dense'"):
+    blockwise.chunked_pointwise_attention(AttentionOptions(activation="relu"), q, k, v)
   module = MultiHeadDotProductAttention(
       num_heads=2, options=AttentionOptions(activation="relu", impl="chunked"))
   with pytest.raises(ValueError, match="sow_weights=True needs impl='dense'"):
@@ -182,3 +191,24 @@ def test_trainer_runs_seq_parallel_from_config_mesh_alone(offline_data_dir, tmp_
   config.mesh = [("data", -1)]
   with pytest.raises(ValueError, match="lacks; use e.g. config.mesh="):
     run_lib.setup(config)
+
+
+def test_cudnn_impl_pads_odd_lengths_and_masks_them_by_sequence_lengths():
+  """attention_impl='cudnn' (softmax, a GPU only) pads odd lengths to even ones for cuDNN and
+  masks the padding by the true lengths: run here by XLA with the same padding and lengths, the
+  output and q/k/v gradients equal the dense softmax's, for self attention (13 tokens) and
+  cross attention (13 queries, 11 keys); an even length goes unpadded."""
+  q, k, v, d_out = qkv()
+  dense = functools.partial(attn.dot_product_attention, activation="softmax")
+  padded = functools.partial(cudnn_attention.padded_softmax, implementation="xla")
+  got, want = jit(lambda q, k, v, d_out: [
+      [outputs_and_grads(fn, q, k, v, d_out), outputs_and_grads(fn, q, q, q, d_out)]
+      for fn in (padded, dense)])(q, k, v, d_out)
+  assert_close(got, want)
+  even = jax.make_jaxpr(padded)(q[:, :12], k[:, :12], v[:, :12])
+  assert not any(eqn.primitive.name == "pad" for eqn in even.jaxpr.eqns)
+  with pytest.raises(ValueError, match="'cudnn' is cuDNN's softmax flash attention"):
+    vit.Model(3, variant="mu/8", attention="relu", attention_impl="cudnn").validate()
+  with pytest.raises(ValueError, match="attention_impl='cudnn' takes no mask"):
+    cudnn_attention.cudnn_softmax_attention(AttentionOptions(impl="cudnn"), q, k, v,
+                                            mask=jnp.ones((13, 11), bool))

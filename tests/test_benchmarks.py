@@ -1,17 +1,20 @@
 """The benchmark scripts run (tiny shapes, one or two rounds) and print the tables the docs
 quote; their paired-ratio statistics match numpy. Their numbers are not asserted: speed is
 measured by running them (docs/benchmarks.md), not in tests."""
+import functools
 import os
 import subprocess
 import sys
 import textwrap
 
+import jax
 import numpy as np
 import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import common  # noqa: E402  (benchmarks/common.py, imported as the scripts import it)
+import pallas_attention  # noqa: E402  (benchmarks/pallas_attention.py)
 
 
 def test_paired_ratios_compare_calls_of_the_same_round():
@@ -150,11 +153,12 @@ def test_pallas_attention_benchmark_dry_run_without_tensorflow(tmp_path):
   errors, memory = rest.split("Compiled memory")
   impls = ["pallas relu/L", "dense relu/L", "chunked relu/L", "softmax xla"]
   for table, column in ((ops, 3), (memory, 2)):  # the implementation's column
-    rows = _rows(table, "40 ")
+    rows = _rows(table, "39 ")
     assert [row.split("|")[column].strip() for row in rows] == impls
     assert all(row.rstrip(" |").endswith("ran") for row in rows)
   assert [row.split("|")[3].strip() for row in _rows(errors, "relu ")] == ["output", "dq", "dk",
                                                                            "dv"]
+  assert "fwd speed vs softmax xla" in ops  # the forward alone, timed in the same rounds
   assert len(_rows(errors, "gelu ")) == 4
   assert "rule met in" in errors
   steps = _rows(memory, "mu/8 ")
@@ -179,3 +183,29 @@ def test_archived_throughput_is_images_over_the_last_core_hours(tmp_path):
   missing = subprocess.run([sys.executable, "benchmarks/archived_throughput.py",
                             str(tmp_path / "b-*")], cwd=ROOT, capture_output=True, text=True)
   assert missing.returncode != 0 and "no run directory matches" in missing.stderr
+
+
+def test_splash_baseline_equals_softmax_attention():
+  """The TPU softmax baseline of benchmarks/pallas_attention.py, jax's splash attention (in its
+  interpreter here) on 39 tokens padded to 128 in a segment of their own, gives softmax
+  attention's output and q/k/v gradients."""
+  keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  q, k, v, d_out = (jax.random.normal(key, (2, 39, 2, 64)) for key in keys)
+
+  def output_and_grads(fn):
+    out, vjp = jax.vjp(fn, q, k, v)
+    return out, vjp(d_out)
+
+  splash, want = jax.jit(lambda: [output_and_grads(fn) for fn in (
+      functools.partial(pallas_attention.splash_softmax, interpret=True),
+      functools.partial(jax.nn.dot_product_attention, implementation="xla"))])()
+  for got, expected in zip(jax.tree.leaves(splash), jax.tree.leaves(want), strict=True):
+    np.testing.assert_allclose(got, expected, atol=2e-5, rtol=2e-5)
+
+
+def test_gpu_check_script_is_shellcheck_clean():
+  """benchmarks/gpu_check.sh, the GPU session's one command, cannot be run here: it is linted."""
+  shellcheck = os.path.join(os.path.dirname(sys.executable), "shellcheck")
+  result = subprocess.run([str(shellcheck), str(ROOT / "benchmarks" / "gpu_check.sh")],
+                          capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stdout + result.stderr

@@ -123,5 +123,5 @@ def test_tfrecord_datasets_are_rejected_with_the_conversion_command(tmp_path):
   builder = tfds.builder("digits", data_dir=str(tmp_path), file_format="tfrecord")
   builder.download_and_prepare(
       download_config=tfds.download.DownloadConfig(try_download_gcs=False))
-  with pytest.raises(ValueError, match="tfds convert_format --dataset_version_dir="):
+  with pytest.raises(ValueError, match="python -m big_vision_relu.data.convert --datasets=digits:"):
     datasets.raw_record_source(builder, "test")

@@ -6,6 +6,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from big_vision_relu.data import datasets
+from big_vision_relu.data import inputs
 from big_vision_relu.data import input_pipeline as ip
 
 # Cheap pp that identifies each example by its source row.
@@ -164,7 +165,7 @@ def test_one_check_lists_every_missing_dataset_with_its_command(tmp_path):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   config = module.get_config("")
-  names = datasets_lib.required_datasets(config)
+  names = inputs.required_datasets(config)
   assert names[0][0] == "imagenet21k" and len(names) == 10  # + imagenet2012 and 8 few-shot
   assert {"imagenet2012", "cars196", "caltech_birds2011", "uc_merced"} <= {n for n, _ in names}
   data_dir = str(tmp_path / "empty")
@@ -174,6 +175,6 @@ def test_one_check_lists_every_missing_dataset_with_its_command(tmp_path):
   assert message.startswith(f"{len(names)} of the {len(names) + 1} datasets")
   for name, _ in names:
     assert f"Dataset {name!r} is not prepared" in message
-  assert "python -m big_vision_relu.data.imagenet21k --data_dir=" in message
+  assert "python -m big_vision_relu.data.imagenet21k --release=fall2011 --data_dir=" in message
   assert (f"python -m big_vision_relu.data.prepare --datasets=cars196 "
           f"--manual_dir=DIR_WITH_THE_FILES --data_dir={data_dir}") in message

@@ -1,7 +1,7 @@
 """Evaluators: hand-computed classification sums, padding and sharding, the few-shot evaluator
 against the probe on directly-read arrays, the i21k->i1k restriction, the registry filling and
 checking every evaluator's config before any data is read and handing each evaluator the
-model, and the evaluate CLI."""
+model, and the evaluate CLI (also where the training split is not prepared)."""
 import json
 import subprocess
 import sys
@@ -14,6 +14,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from big_vision_relu import config as cfg_lib
+from big_vision_relu import evaluate as evaluate_lib
+from big_vision_relu import run as run_lib
 from big_vision_relu import sharding
 from big_vision_relu import train as train_lib
 from big_vision_relu.data import datasets as datasets_lib
@@ -96,7 +98,7 @@ def test_classification_evaluator_on_8_devices_with_padding(offline_data_dir):
                 batch_size=48)  # 359 examples: 8 batches, the last padded
   evaluator = classification.ClassificationEvaluator(
       registry.evaluator_config(config, "evals.test"), model=FunctionModel(logits=predict),
-      mesh=MESH8, default_loss="softmax_xent")  # loss_name unset: the run's loss
+      mesh=MESH8, pipeline="tfds", default_loss="softmax_xent")  # loss_name unset: the run's
   result = evaluator.run(weights)
   images, labels = _digits_arrays(offline_data_dir, "test")
   logits = images.reshape(len(images), -1) @ np.asarray(weights, np.float64)
@@ -115,7 +117,8 @@ def test_fewshot_evaluator_equals_the_probe_on_directly_read_features(offline_da
                 seeds=(0, 1), batch_size=40)
   predict = lambda params, images: images.reshape(images.shape[0], -1) * params  # noqa: E731
   evaluator = FewShotEvaluator(registry.evaluator_config(config, "evals.fewshot"),
-                               model=FunctionModel(pre_logits=predict), mesh=MESH8)
+                               model=FunctionModel(pre_logits=predict), mesh=MESH8,
+                               pipeline="tfds")
   result = evaluator.run(jnp.float32(2.0))
   x_train, y_train = _digits_arrays(offline_data_dir, "train")
   x_test, y_test = _digits_arrays(offline_data_dir, "test")
@@ -134,7 +137,8 @@ def test_missing_fewshot_dataset_fails_at_construction(offline_data_dir):
                 data_dir=offline_data_dir, pp_train="decode", pp_eval="decode", batch_size=8)
   with pytest.raises(FileNotFoundError, match="prepare --download --datasets=cifar100"):
     FewShotEvaluator(registry.evaluator_config(config, "evals.fewshot"),
-                     model=FunctionModel(pre_logits=lambda p, x: x), mesh=MESH8)
+                     model=FunctionModel(pre_logits=lambda p, x: x), mesh=MESH8,
+                     pipeline="tfds")
 
 
 NO_CADENCE = dict(log_steps=None, log_epochs=None, log_examples=None, log_percent=None)
@@ -147,26 +151,26 @@ def test_the_registry_gives_every_evaluator_the_model(monkeypatch):
   class Recorder:
     CONFIG_SCHEMA = {"pred": cfg_lib.Key("logits")}
 
-    def __init__(self, config, *, model, mesh, data_axis, default_loss):
+    def __init__(self, config, *, model, mesh, data_axis, pipeline, default_loss):
       built.append(dict(config=dict(config), model=model, mesh=mesh, data_axis=data_axis,
-                        default_loss=default_loss))
+                        pipeline=pipeline, default_loss=default_loss))
 
   monkeypatch.setitem(registry.EVALUATORS, "recorder", Recorder)
   model = FunctionModel()
   evals = {"a": dict(type="recorder"), "b": dict(type="recorder", pred="pre_logits")}
   scheduled = registry.from_config(evals, model=model, mesh=MESH8, data_axis="data",
-                                   total_steps=10, steps_per_epoch=2.0, train_batch_size=8,
-                                   default_loss="softmax_xent")
+                                   pipeline="memory", total_steps=10, steps_per_epoch=2.0,
+                                   train_batch_size=8, default_loss="softmax_xent")
   assert [e.name for e in scheduled] == ["a", "b"]
   filled = [dict(type="recorder", pred="logits", **NO_CADENCE),  # pred unset: the default
             dict(type="recorder", pred="pre_logits", **NO_CADENCE)]
   assert built == [dict(config=cfg, model=model, mesh=MESH8, data_axis="data",
-                        default_loss="softmax_xent") for cfg in filled]
+                        pipeline="memory", default_loss="softmax_xent") for cfg in filled]
 
 
 @pytest.mark.parametrize("given,expected", [
     (dict(type="classification", data=DIGITS, pp_fn="decode", batch_size=8, label_map=None),
-     dict(type="classification", data=dict(DIGITS, data_dir=None), pp_fn="decode", batch_size=8,
+     dict(type="classification", data=dict(DIGITS, data_dir=None, holdout=None), pp_fn="decode", batch_size=8,
           loss_name=None, label_map=None, pred="logits", **NO_CADENCE)),
     (dict(type="fewshot", datasets={"digits": ("digits", "train", "test")}, pp_train="a",
           pp_eval="b", batch_size=8, seeds=[3], data_dir=None, log_steps=5),
@@ -175,7 +179,7 @@ def test_the_registry_gives_every_evaluator_the_model(monkeypatch):
           loo_l2_grid=tuple(2.0**i for i in range(-10, 21)), pred="pre_logits", batch_size=8,
           **dict(NO_CADENCE, log_steps=5))),
     (dict(type="attention_stats", data=DIGITS, pp_fn="decode", batch_size=8),
-     dict(type="attention_stats", data=dict(DIGITS, data_dir=None), pp_fn="decode",
+     dict(type="attention_stats", data=dict(DIGITS, data_dir=None, holdout=None), pp_fn="decode",
           batch_size=8, num_examples=128, **NO_CADENCE)),
 ], ids=["classification", "fewshot", "attention_stats"])
 def test_unset_keys_take_exactly_the_schema_defaults(given, expected):
@@ -223,8 +227,8 @@ def test_a_bad_evaluator_config_fails_before_any_dataset_is_read(monkeypatch, ba
     raise AssertionError("a dataset was read before every evaluator config was checked")
   monkeypatch.setattr(datasets_lib, "get_builder", read)
   build = lambda evals: registry.from_config(  # noqa: E731
-      evals, model=FunctionModel(), mesh=MESH8, data_axis="data", total_steps=10,
-      steps_per_epoch=2.0, train_batch_size=8, default_loss="softmax_xent")
+      evals, model=FunctionModel(), mesh=MESH8, data_axis="data", pipeline="tfds",
+      total_steps=10, steps_per_epoch=2.0, train_batch_size=8, default_loss="softmax_xent")
   with pytest.raises(ValueError, match=match):
     build({"good": GOOD, "bad": bad})
   with pytest.raises(AssertionError, match="a dataset was read"):  # the guard guards
@@ -251,3 +255,19 @@ def test_evaluate_cli_on_a_trained_workdir(offline_data_dir, tmp_path):
   assert result["test/loss"] == pytest.approx(logged["test/loss"], rel=1e-5)
   last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
   assert last["step"] == 2 and last["test/prec@1"] == result["test/prec@1"]
+
+  # Where the training split is not prepared (issue 87), the checkpoint still evaluates:
+  # `evaluate` checks and reads only the evaluators' datasets, and restores the parameters
+  # alone (another optimizer's state does not matter); the trainer's set-up refuses the config.
+  elsewhere = config.copy_and_resolve_references()
+  elsewhere.input.data = dict(name="imagenet2012", split="train",
+                              data_dir=str(tmp_path / "no_data_here"))
+  elsewhere.total_steps, elsewhere.total_epochs = None, 90  # its length needs the split's size
+  elsewhere.optax_name, elsewhere.optax = "trace", dict(decay=0.9)  # another opt_state
+  with pytest.raises(datasets_lib.DatasetNotPreparedError, match="'imagenet2012' is not prep"):
+    run_lib.setup(elsewhere)
+  again = evaluate_lib.evaluate(elsewhere, str(tmp_path / "run" / "checkpoints"))
+  assert again["step"] == 2 and again["test/num_examples"] == 40
+  assert again["test/prec@1"] == result["test/prec@1"]  # on 8 devices here, 1 in the CLI
+  assert again["test/loss"] == pytest.approx(result["test/loss"], rel=1e-5)
+

@@ -12,7 +12,7 @@ import pytest
 import tensorflow_datasets as tfds
 from conftest import ROOT
 
-from big_vision_relu.data import datasets, fashion_mnist
+from big_vision_relu.data import arrays, datasets, fashion_mnist, holdout, input_pipeline
 
 
 def _write_idx(path: pathlib.Path, array: np.ndarray) -> str:
@@ -99,7 +99,7 @@ def _debian_files_present() -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(not _debian_files_present() and not os.environ.get("CI"),
                     reason="needs `apt-get install dataset-fashion-mnist` (CI installs it)")
-def test_the_real_files_build_60000_train_and_10000_test(tmp_path):
+def test_the_real_files_build_60000_train_and_10000_test_read_alike_in_memory(tmp_path):
   builder = datasets.get_builder(fashion_mnist.NAME, str(tmp_path))
   assert {s: builder.info.splits[s].num_examples for s in ("train", "test")} == {
       "train": 60_000, "test": 10_000}
@@ -113,3 +113,17 @@ def test_the_real_files_build_60000_train_and_10000_test(tmp_path):
       np.testing.assert_array_equal(example["image"][..., 0], raw[example["index"]])
     labels = np.array([e["label"] for e in source.__getitems__(list(range(len(source))))])
     np.testing.assert_array_equal(np.bincount(labels, minlength=10), [per_class] * 10)
+    # The in-memory path (data/arrays.py) reads the same records in the same order ...
+    in_memory = arrays.load(dict(name=fashion_mnist.NAME, split=split))
+    np.testing.assert_array_equal(in_memory.labels, labels)
+    for number, example in zip(picks, source.__getitems__(picks)):
+      np.testing.assert_array_equal(in_memory.images[number], example["image"])
+  # ... and carves the same validation split from them.
+  spec = dict(num_examples=5000, seed=0, part="held_out")
+  tfds_numbers = input_pipeline._holdout_numbers(fashion_mnist.NAME, "train", str(tmp_path),
+                                                 **spec)
+  labels = arrays.load(dict(name=fashion_mnist.NAME, split="train")).labels
+  np.testing.assert_array_equal(holdout.records(labels, spec), tfds_numbers)
+  held_out = arrays.load(dict(name=fashion_mnist.NAME, split="train", holdout=spec))
+  np.testing.assert_array_equal(held_out.labels, labels[tfds_numbers])
+  assert len(tfds_numbers) == 5000

@@ -199,3 +199,48 @@ def test_get_builder_fails_fast_with_the_manual_download_instructions(tmp_path, 
   assert str(tmp_path) in message
   assert imagenet21k.MANUAL_DOWNLOAD_INSTRUCTIONS.strip() in message
   assert not attempts
+
+
+def test_progress_line_rate_and_eta():
+  """Images and tars done, images/s and the ETA from the share of tars done, at most every
+  PROGRESS_SECONDS and always after the last tar."""
+  now = [100.0]
+  progress = imagenet21k.Progress("imagenet21k/winter2021", num_tars=4, clock=lambda: now[0])
+  now[0] += 30
+  assert progress.update(300) is None  # before PROGRESS_SECONDS
+  now[0] += 30
+  assert progress.update(900) == ("imagenet21k/winter2021 progress: 1,200 images, 2 of 4 tars "
+                                  "(50.0%), 20 images/s, ETA 0.0 h")
+  now[0] += 7200 - 60
+  assert progress.update(100) == ("imagenet21k/winter2021 progress: 1,300 images, 3 of 4 tars "
+                                  "(75.0%), 0 images/s, ETA 0.7 h")  # 2 h for 3 of 4: 40 min
+  now[0] += 1
+  assert progress.update(10).startswith("imagenet21k/winter2021 progress: 1,310 images, 4 of 4")
+
+
+def test_command_line_needs_the_release_and_builds_it_with_progress(tmp_path, monkeypatch,
+                                                                   caplog, capsys):
+  """`--release` is required (no silent fall 2011); winter2021 (its class count set to this
+  fixture's) builds from the tars and logs progress lines; TFDS's bar is back on afterwards."""
+  with pytest.raises(SystemExit):
+    imagenet21k.main(["--manual_dir", str(tmp_path)])
+  assert "--release" in capsys.readouterr().err
+  wnids = sorted(WNIDS[:2])
+  rng = np.random.default_rng(3)
+  manual = fixture.write_synset_tars(tmp_path / "manual", {
+      f"{w}/{w}_{i}.JPEG": fixture.photo_jpeg(rng, 32, 40) for w in wnids for i in range(3)})
+  monkeypatch.setattr(imagenet21k.WINTER2021, "num_classes", 2)
+  monkeypatch.setattr(imagenet21k, "PROGRESS_SECONDS", 0.0)
+  caplog.set_level("INFO")
+  tfds.enable_progress_bar()
+  imagenet21k.main(["--release=winter2021", f"--manual_dir={manual}",
+                    f"--data_dir={tmp_path / 'data'}"])
+  assert "imagenet21k/winter2021/1.0.0" in capsys.readouterr().out
+  lines = [r.getMessage() for r in caplog.records if " progress: " in r.getMessage()]
+  assert [line.split(", ")[1] for line in lines] == ["1 of 2 tars (50.0%)", "2 of 2 tars (100.0%)"]
+  assert lines[-1].startswith("imagenet21k/winter2021 progress: 6 images, ")
+  assert tfds.core.utils.tqdm_utils._active  # noqa: SLF001  (the shard writing's bar and later)
+  tfds.disable_progress_bar()
+  builder = datasets.get_builder("imagenet21k/winter2021", str(tmp_path / "data"))
+  assert builder.info.features["label"].names == wnids
+  assert builder.info.splits["full"].num_examples == 6

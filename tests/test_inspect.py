@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import os
+import pathlib
 import shutil
 import sys
 
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
+from big_vision_relu import checkpoint as checkpoint_lib
 from big_vision_relu import inspect
 from big_vision_relu import sharding
 from big_vision_relu import train as train_lib
@@ -121,7 +123,7 @@ def test_evaluator_equals_the_full_statistics(offline_data_dir, scan, pool_type)
   # Built as the trainer builds it: the registry hands it the model.
   evaluator, = registry.from_config(
       {"attention": config}, model=model, mesh=sharding.make_mesh([("data", -1)]),
-      data_axis="data", total_steps=1, steps_per_epoch=1.0, train_batch_size=8,
+      data_axis="data", pipeline="tfds", total_steps=1, steps_per_epoch=1.0, train_batch_size=8,
       default_loss="sigmoid_xent")
   got = evaluator.run(params)
   assert got["num_examples"] == 24  # 20 rounded up to whole batches of 8
@@ -139,13 +141,41 @@ def test_evaluator_equals_the_full_statistics(offline_data_dir, scan, pool_type)
 
 # ------------------------------------------------------------------ end to end: the notebook
 
-def _execute_notebook(path, parameters: dict, cwd, timeout: int):
-  """Runs the notebook with `parameters` appended to its parameter cell (as papermill does)."""
+NOTEBOOK = ROOT / "notebooks" / "inspect_checkpoint.ipynb"
+# A stand-in for Colab's `google.colab` (authenticate_user records that it was called), and the
+# cell that imports it first, as Colab's kernel has it imported before any cell runs.
+COLAB_AUTH = """import pathlib
+CALLS = pathlib.Path(__file__).parent / "authenticate_user.calls"
+
+
+def authenticate_user():
+  with open(CALLS, "a") as f:
+    f.write("called\\n")
+"""
+
+
+def _stand_in_colab(tmp_path) -> tuple[str, pathlib.Path]:
+  """(first cell's source, the file authenticate_user() appends to)."""
+  package = tmp_path / "colab_stand_in" / "google" / "colab"
+  package.mkdir(parents=True)
+  (package / "__init__.py").write_text("")
+  (package / "auth.py").write_text(COLAB_AUTH)
+  (package / "output.py").write_text("")  # jax's Colab debugger imports it on import
+  first_cell = (f"import sys\nsys.path.insert(0, {str(tmp_path / 'colab_stand_in')!r})\n"
+                "import google.colab  # Colab's kernel has it imported")
+  return first_cell, package / "authenticate_user.calls"
+
+
+def _execute_notebook(path, parameters: dict, cwd, timeout: int, first_cell: str | None = None):
+  """Runs the notebook with `parameters` appended to its parameter cell (as papermill does),
+  after `first_cell` if given."""
   import nbclient
   import nbformat
   notebook = nbformat.read(path, as_version=4)
   cell = next(c for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
   cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in parameters.items())
+  if first_cell:
+    notebook.cells.insert(0, nbformat.v4.new_code_cell(first_cell))
   nbclient.NotebookClient(notebook, timeout=timeout, kernel_name="python3",
                           resources={"metadata": {"path": str(cwd)}}).execute()
   return notebook
@@ -186,20 +216,33 @@ def test_notebook_and_tool_on_a_trained_workdir(offline_data_dir, tmp_path, monk
                                                 capsys):
   # Train a 2-layer relu ViT for 6 steps, with the attention_stats evaluator in training.
   monkeypatch.setitem(registry.EVALUATORS, "attention_stats", AttentionStatsEvaluator)
+  # As on a TPU VM: the config names no data dir, TFDS_DATA_DIR does (launch/tpu sets it); the
+  # trainer records it in the workdir, and the notebook, run without it, must find it there.
   config = tiny_config(offline_data_dir)
+  del config.input.data["data_dir"]
   config.model = dict(patch_size=(7, 7), width=16, depth=2, mlp_dim=32, num_heads=2,
                       attention="relu", qk_norm=True)
-  data = dict(name="mnist5k", split="test", data_dir=offline_data_dir)
+  data = dict(name="mnist5k", split="test")
   config.evals.test = dict(type="classification", data=data, pp_fn=PP, batch_size=200)
   config.evals.attention = dict(type="attention_stats", data=data, pp_fn=PP, batch_size=16,
                                 num_examples=32, log_steps=3)
   relu_dir = tmp_path / "relu"
+  monkeypatch.setenv("TFDS_DATA_DIR", offline_data_dir)
   train_lib.train(config, str(relu_dir))
+  monkeypatch.delenv("TFDS_DATA_DIR")
+  assert json.loads((relu_dir / "data_dir.json").read_text()) == {
+      "tfds_data_dir": offline_data_dir}
   logged = [json.loads(line) for line in (relu_dir / "metrics.jsonl").read_text().splitlines()]
   assert [line["step"] for line in logged if "attention/layer1/zeros" in line] == [1, 3, 6]
 
   run = inspect.load_run(relu_dir)
   assert run.step == 6 and run.model.attention_options.activation == "relu" and run.model.depth == 2
+  assert inspect.data_dir(run) == offline_data_dir
+  # Only the parameters are read: the same arrays as the full state's, and nothing else.
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  state = checkpoint_lib.read_state(relu_dir / "checkpoints" / "6", device)
+  assert set(state) > {"params"}  # the optimizer state is there on disk
+  jax.tree.map(np.testing.assert_array_equal, run.params, state["params"])
   assert inspect.load_run(relu_dir, step=4).step == 4
   # The softmax side: the same trained parameters read as a softmax model (the parameter trees
   # are equal), so the notebook's comparison needs no second training run.
@@ -209,13 +252,22 @@ def test_notebook_and_tool_on_a_trained_workdir(offline_data_dir, tmp_path, monk
   run_config["model"]["attention"] = "softmax"
   (softmax_dir / "config.json").write_text(json.dumps(run_config))
 
+  # On "Colab" (the stand-in): authenticates, installs nothing (everything is there: pip
+  # could not reach an index anyway), reads the recorded data dir; HOME has no datasets.
   out_dir = tmp_path / "out"
-  _execute_notebook(ROOT / "notebooks" / "inspect_checkpoint.ipynb",
-                    dict(WORKDIR=str(relu_dir), OTHER_WORKDIR=str(softmax_dir),
-                         OUTPUT_DIR=str(out_dir), NUM_IMAGES=4, NUM_STATS_IMAGES=16),
-                    cwd=tmp_path, timeout=300)
+  first_cell, auth_calls = _stand_in_colab(tmp_path)
+  home = tmp_path / "home"
+  home.mkdir()
+  monkeypatch.setenv("HOME", str(home))
+  monkeypatch.setenv("PIP_NO_INDEX", "1")
+  _execute_notebook(NOTEBOOK, dict(WORKDIR=str(relu_dir), OTHER_WORKDIR=str(softmax_dir),
+                                   OUTPUT_DIR=str(out_dir), NUM_IMAGES=4, NUM_STATS_IMAGES=16),
+                    cwd=tmp_path, timeout=300, first_cell=first_cell)
+  assert auth_calls.read_text() == "called\n"
+  assert not (home / "tensorflow_datasets").exists()
 
   summary = json.loads((out_dir / "summary.json").read_text())
+  assert summary["data_dir"] == offline_data_dir
   assert {r["attention"]: r["step"] for r in summary["runs"].values()} == {"relu": 6,
                                                                           "softmax": 6}
   for name in ("training_curves", "predictions", "attention_maps", "attention_heads",
@@ -270,3 +322,31 @@ def test_notebook_and_tool_on_a_trained_workdir(offline_data_dir, tmp_path, monk
     for name in ("attention_to_residual", "row_sum_p50", "logit_std"):
       assert float(row[name]) == pytest.approx(want[name], rel=1e-5, abs=1e-7), name
   assert float(tool_rows[2]["row_sum_p50"]) == pytest.approx(1, abs=1e-6)
+
+
+def _notebook_function(name: str):
+  """A function defined in the notebook's install cell (run here without Colab: it installs
+  nothing)."""
+  import nbformat
+  notebook = nbformat.read(NOTEBOOK, as_version=4)
+  [cell] = [c for c in notebook.cells if f"def {name}(" in c.source]
+  namespace = {}
+  exec(compile(cell.source, "install cell", "exec"), namespace)  # noqa: S102
+  assert namespace["IN_COLAB"] is False
+  return namespace[name]
+
+
+def test_notebook_install_plan_never_downgrades():
+  """Missing requirements are installed as written, older ones upgraded to their floor, newer
+  ones (Colab's own jax, TensorFlow) kept and said; an extra's or another platform's skipped."""
+  plan = _notebook_function("plan_installs")
+  requirements = ["jax>=0.10.0,<0.11", "tensorflow-cpu>=2.20,<2.22; sys_platform == 'linux'",
+                  "clu>=0.0.12,<0.1", "numpy>=2.0,<2.5", "optax>=0.2.6,<0.3",
+                  "Pillow>=10,<14", "jax[tpu]>=0.10.0,<0.11; extra == 'tpu'",
+                  "array-record>=0.8.3,<0.9; sys_platform == 'nonexistent'"]
+  installed = {"jax": "0.12.1", "tensorflow-cpu": "2.19.0", "numpy": "2.1.3",
+               "optax": "0.2.6", "pillow": "11.3.0"}
+  to_install, notes = plan(requirements, installed)
+  assert to_install == ["tensorflow-cpu>=2.20", "clu<0.1,>=0.0.12"]
+  assert notes == ["jax 0.12.1 kept (newer than the tested <0.11,>=0.10.0)"]
+  assert plan(requirements[3:6], installed) == ([], [])

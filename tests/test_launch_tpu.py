@@ -25,10 +25,14 @@ FEWSHOT = ("caltech_birds2011", "caltech101", "cars196", "cifar100", "dtd", "col
 # .../compute/instances/delete, .../compute/ssh, .../compute/scp): the command words,
 # positional count, then each flag and whether it takes a value (--flag=VALUE) or not (a bare
 # switch). Global flags: --project, --quiet, --format.
+# Flags both create commands take (the ones create.sh's header documents for `--`).
+CREATE_FLAGS = {"--reserved": False, "--network": True, "--subnetwork": True,
+                "--service-account": True, "--scopes": True, "--internal-ips": False,
+                "--tags": True, "--labels": True}
 GCLOUD_SYNTAX = {
     ("compute", "tpus", "tpu-vm", "create"): (1, {
         "--zone": True, "--accelerator-type": True, "--version": True, "--spot": False,
-        "--preemptible": False}),
+        "--preemptible": False, **CREATE_FLAGS}),
     ("compute", "tpus", "tpu-vm", "delete"): (1, {"--zone": True, "--async": False}),
     ("compute", "tpus", "tpu-vm", "describe"): (1, {"--zone": True}),
     ("compute", "tpus", "tpu-vm", "list"): (0, {"--zone": True, "--filter": True}),
@@ -38,16 +42,23 @@ GCLOUD_SYNTAX = {
                                                "--recurse": False}),
     ("compute", "tpus", "queued-resources", "create"): (1, {
         "--zone": True, "--node-id": True, "--accelerator-type": True,
-        "--runtime-version": True, "--spot": False, "--best-effort": False}),
+        "--runtime-version": True, "--spot": False, "--guaranteed": False,
+        "--valid-until-duration": True, **CREATE_FLAGS}),
+    ("alpha", "compute", "tpus", "queued-resources", "create"): (1, {
+        "--zone": True, "--node-id": True, "--accelerator-type": True,
+        "--runtime-version": True, "--spot": False, "--reservation": True, **CREATE_FLAGS}),
     ("compute", "tpus", "queued-resources", "delete"): (1, {"--zone": True, "--force": False,
                                                             "--async": False}),
     ("compute", "tpus", "queued-resources", "describe"): (1, {"--zone": True}),
+    ("storage", "cat"): (1, {}),
+    ("storage", "ls"): (1, {}),
     ("compute", "instances", "create"): (1, {
         "--zone": True, "--machine-type": True, "--boot-disk-size": True,
         "--boot-disk-type": True, "--image-family": True, "--image-project": True,
         "--scopes": True, "--service-account": True, "--max-run-duration": True,
         "--instance-termination-action": True}),
     ("compute", "instances", "delete"): (1, {"--zone": True, "--delete-disks": True}),
+    ("compute", "instances", "describe"): (1, {"--zone": True}),
     ("compute", "ssh"): (1, {"--zone": True, "--command": True}),
     ("compute", "scp"): (2, {"--zone": True, "--recurse": False}),
 }
@@ -150,6 +161,10 @@ def test_help_needs_no_configuration(sh, script):
 # ------------------------------------------------------------------------------------------------
 # Dry runs: the exact commands.
 
+QUEUED_DESCRIBE = ["gcloud", "compute", "tpus", "queued-resources", "describe", "relu-test", *ZP,
+                   "--format=value(state.state)"]
+
+
 def test_create(sh):
   result = sh("create.sh", "--dry-run")
   assert result.returncode == 0, result.stderr
@@ -166,7 +181,42 @@ def test_create(sh):
   assert commands(queued) == [[
       "gcloud", "compute", "tpus", "queued-resources", "create", "relu-test",
       "--node-id=relu-test", "--accelerator-type=v3-32", "--runtime-version=tpu-ubuntu2204-base",
-      *ZP, "--spot"]]
+      *ZP, "--spot"], QUEUED_DESCRIBE]
+
+
+def test_create_passes_gcloud_flags_and_waits_for_a_queued_resource(sh):
+  """Flags after `--` reach the create command unchanged (documented ones: a reservation, a
+  network, a subnetwork, a service account); QUEUED=1 then polls the queued resource's state."""
+  extra = ["--reserved", "--network=ml-net", "--subnetwork=ml-sub",
+           "--service-account=sa@proj.iam.gserviceaccount.com", "--scopes=cloud-platform"]
+  [plain] = commands(sh("create.sh", "--dry-run", "--", *extra, env={"TPU_TYPE": "v6e-16"}))
+  assert plain == ["gcloud", "compute", "tpus", "tpu-vm", "create", "relu-test", *ZP,
+                   "--accelerator-type=v6e-16", "--version=v2-alpha-tpuv6e", *extra]
+  queued = sh("create.sh", "--dry-run", "--", "--reserved",
+              env={"QUEUED": "1", "TPU_TYPE": "v5litepod-16", "QUEUED_POLL_SECONDS": "10"})
+  create, describe = commands(queued)
+  assert create[-1] == "--reserved" and create[:5] == ["gcloud", "compute", "tpus",
+                                                       "queued-resources", "create"]
+  assert describe == ["gcloud", "compute", "tpus", "queued-resources", "describe", "relu-test",
+                      *ZP, "--format=value(state.state)"]
+  assert "repeated every 10 s until ACTIVE, for 120 min at most" in queued.stdout
+  alpha = commands(sh("create.sh", "--dry-run", "--", "--reservation=my-res",
+                      env={"QUEUED": "1", "GCLOUD_TPU_TRACK": "alpha"}))
+  assert alpha[0][:2] == ["gcloud", "alpha"] and alpha[0][-1] == "--reservation=my-res"
+  assert commands(sh("create.sh", "--dry-run", "--wait-only", env={"QUEUED": "1"})) == [describe]
+  for args, env in ((["--", "reserved"], {}), (["--wait-only"], {}),
+                    ([], {"GCLOUD_TPU_TRACK": "gamma"}), ([], {"QUEUED_POLL_SECONDS": "0"})):
+    result = sh("create.sh", "--dry-run", *args, env=env)
+    assert result.returncode != 0 and result.stderr.startswith("error: "), (args, env)
+    assert nothing_run(result)
+
+
+def test_exit_statuses_are_the_trainers():
+  """The statuses sweep.sh retries are the trainer's own constants."""
+  from big_vision_relu import multihost, preemption
+  common = (TPU_DIR / "common.sh").read_text()
+  assert f"\nPEER_LOST={multihost.PEER_LOST_EXIT_CODE}\n" in common
+  assert f"\nPREEMPTED={preemption.PREEMPTED_EXIT_CODE}\n" in common
 
 
 # (TPU_TYPE, hosts, TensorCores, runtime): cloud.google.com/tpu/docs (system architecture
@@ -187,7 +237,7 @@ def test_create_picks_the_generations_runtime(sh, tpu_type, hosts, cores, runtim
   for queued in ("0", "1"):
     result = sh("create.sh", "--dry-run", env={"TPU_TYPE": tpu_type, "QUEUED": queued})
     assert result.returncode == 0, result.stderr
-    [argv] = commands(result)
+    argv = commands(result)[0]  # (QUEUED=1: then the wait for ACTIVE)
     flag = "--runtime-version" if queued == "1" else "--version"
     assert f"{flag}={runtime}" in argv and f"--accelerator-type={tpu_type}" in argv
     assert (f"# {tpu_type}: {hosts} host(s), {cores} TensorCores (core hours = TensorCores x "
@@ -218,7 +268,7 @@ def test_recreate_deletes_then_creates(sh):
        "--quiet"],
       ["gcloud", "compute", "tpus", "queued-resources", "create", "relu-test",
        "--node-id=relu-test", "--accelerator-type=v3-32",
-       "--runtime-version=tpu-ubuntu2204-base", *ZP, "--spot"]]
+       "--runtime-version=tpu-ubuntu2204-base", *ZP, "--spot"], QUEUED_DESCRIBE]
   for argv in commands(plain) + commands(queued):
     check_gcloud_syntax(argv)
 
@@ -375,14 +425,16 @@ def test_data_paper_on_a_cpu_vm_that_is_deleted(sh):
   assert "apache" not in remote(setup) and "tfds build" not in remote(start)
   assert f"{DATA_DIR}/.data_sh_write_test" in remote(setup)
   job = remote(start)
-  assert (f"prep imagenet2012 .venv/bin/python {PREPARE} --datasets=imagenet2012 {BUILD_FLAGS} "
-          "--manual_dir=gs://bucket/i1k &") in job
-  assert (f"prep cars196 .venv/bin/python {PREPARE} --datasets=cars196 {BUILD_FLAGS} "
+  assert (f"prep imagenet2012 imagenet2012 .venv/bin/python {PREPARE} --datasets=imagenet2012 "
+          f"{BUILD_FLAGS} --manual_dir=gs://bucket/i1k &") in job
+  assert (f"prep cars196 cars196 .venv/bin/python {PREPARE} --datasets=cars196 {BUILD_FLAGS} "
           "--manual_dir=gs://bucket/cars &") in job
   for name in ("imagenet_v2", *FEWSHOT):
     if name != "cars196":
-      assert f"prep {name} .venv/bin/python {PREPARE} --datasets={name} {BUILD_FLAGS} &" in job
+      assert (f"prep {name} {name} .venv/bin/python {PREPARE} --datasets={name} {BUILD_FLAGS} "
+              "&") in job
   assert job.count("prep ") == 10 and "imagenet21k" not in job
+  assert "progress() { while sleep 600;" in job  # DATA_PROGRESS_SECONDS's default
   assert "--pid=" in remote(follow)
 
 
@@ -390,8 +442,8 @@ def test_data_vm_options_and_manual_birds(sh):
   env = {"DATA_VM": "my-data", "DATA_MACHINE_TYPE": "c3-standard-44", "DATA_DISK_GB": "3000",
          "DATA_MAX_HOURS": "30", "DATA_SERVICE_ACCOUNT": "prep@proj.iam.gserviceaccount.com",
          "CALTECH_BIRDS2011_MANUAL_DIR": "gs://bucket/cub", "MANUAL_DIR": "gs://bucket/i21k tars"}
-  result = sh("data.sh", "caltech_birds2011", "imagenet21k", "caltech_birds2011", "--dry-run",
-              env=env)
+  result = sh("data.sh", "caltech_birds2011", "imagenet21k/fall2011", "caltech_birds2011",
+              "--dry-run", env=env)
   assert result.returncode == 0, result.stderr
   argv = commands(result)
   create = argv[0]
@@ -400,20 +452,50 @@ def test_data_vm_options_and_manual_birds(sh):
     assert flag in create
   assert create[4] == "my-data" and argv[-1][4] == "my-data"
   job = remote(argv[6])
-  assert (f"prep caltech_birds2011 .venv/bin/python {PREPARE} --datasets=caltech_birds2011 "
-          f"{BUILD_FLAGS} --manual_dir=gs://bucket/cub &") in job
-  assert ("prep imagenet21k .venv/bin/python -m big_vision_relu.data.imagenet21k "
+  assert (f"prep caltech_birds2011 caltech_birds2011 .venv/bin/python {PREPARE} "
+          f"--datasets=caltech_birds2011 {BUILD_FLAGS} --manual_dir=gs://bucket/cub &") in job
+  assert ("prep imagenet21k/fall2011 imagenet21k_fall2011 .venv/bin/python -m "
+          "big_vision_relu.data.imagenet21k --release=fall2011 "
           f"'--manual_dir=gs://bucket/i21k tars' --data_dir={DATA_DIR} &") in job
   assert job.count("prep caltech_birds2011") == 1
   for bad in ({"DATA_DISK_GB": "2TB"}, {"DATA_VM": "Data_VM"}, {"DATA_MAX_HOURS": "0"},
-              {"DATA_MACHINE_TYPE": "big"}):
+              {"DATA_MACHINE_TYPE": "big"}, {"DATA_PROGRESS_SECONDS": "10m"}):
     result = sh("data.sh", "cifar100", "--dry-run", env=bad)
     assert result.returncode == 1 and next(iter(bad)) in result.stderr, bad
     assert nothing_run(result)
 
 
+def test_data_imagenet21k_builds_the_named_release(sh):
+  """winter 2021 (image-net.org's download today) and fall 2011 (the paper's) each reach the
+  builder as --release; the plain name, which would silently mean fall 2011, is refused."""
+  env = {"MANUAL_DIR": "gs://bucket/i21k"}
+  for release in ("winter2021", "fall2011"):
+    result = sh("data.sh", f"imagenet21k/{release}", "--dry-run", env=env)
+    assert result.returncode == 0, result.stderr
+    job = remote(commands(result)[6])
+    assert (f"prep imagenet21k/{release} imagenet21k_{release} .venv/bin/python -m "
+            f"big_vision_relu.data.imagenet21k --release={release} --manual_dir=gs://bucket/i21k "
+            f"--data_dir={DATA_DIR} &") in job
+  for name, says in (("imagenet21k", "name the ImageNet-21k release"),
+                     ("imagenet21k:1.0.0", "name the ImageNet-21k release"),
+                     ("imagenet21k/spring2030", "releases are imagenet21k/winter2021 and")):
+    result = sh("data.sh", name, "--dry-run", env=env)
+    assert result.returncode == 2 and says in result.stderr, (name, result.stderr)
+    assert nothing_run(result)
+
+
+def test_status_data_shows_the_data_vm(sh):
+  describe, show = commands(sh("status.sh", "--data", "--dry-run",
+                               env={"TPU_NAME": None, "TPU_TYPE": None}))
+  assert describe == ["gcloud", "compute", "instances", "describe", VM, *ZP,
+                      "--format=value(status)"]
+  assert show == vm_ssh(remote(show))
+  assert "~/logs/data.log" in remote(show)
+  assert_bash_syntax(remote(show))
+
+
 def test_data_manual_downloads_are_explained(sh):
-  result = sh("data.sh", "paper", "imagenet21k", "--dry-run", env={"PROJECT": None})
+  result = sh("data.sh", "paper", "imagenet21k/winter2021", "--dry-run", env={"PROJECT": None})
   assert result.returncode == 2
   error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
   assert len(error_lines) == 1
@@ -421,7 +503,7 @@ def test_data_manual_downloads_are_explained(sh):
       "missing: PROJECT IMAGENET2012_MANUAL_DIR CARS196_MANUAL_DIR MANUAL_DIR")
   assert "imagenet2012 is a manual download" in result.stderr
   assert "ILSVRC2012_img_train.tar" in result.stderr
-  assert "fall11_whole.tar" in result.stderr
+  assert "winter21_whole.tar.gz" in result.stderr and "fall11_whole.tar" in result.stderr
   assert "tensorflow/datasets#5053" in result.stderr and "cars_train.tgz" in result.stderr
   assert "python -m big_vision_relu.data.prepare --datasets=cars196" in result.stderr
   assert nothing_run(result)
@@ -440,9 +522,15 @@ def test_status_logs_stop(sh):
                        *ZP]
   assert "tail -n 9" in remote(queued[3])
 
+  describe = ["gcloud", "compute", "tpus", "tpu-vm", "describe", "relu-test", *ZP,
+              "--format=value(state)"]
   assert commands(sh("logs.sh", "fig1", "--worker", "1", "--lines=7", "--dry-run")) == [
-      ssh("relu-test", "1", "tail -n 7 -F ~/logs/fig1.log")]
-  [newest] = commands(sh("logs.sh", "--dry-run"))
+      describe, ssh("relu-test", "1", "tail -n 7 -F ~/logs/fig1.log")]
+  assert commands(sh("logs.sh", "fig1", "--worker=1", "--bucket", "--dry-run")) == [
+      ["gcloud", "storage", "cat", "gs://bucket/logs/relu-test/worker1/fig1.log"]]
+  assert commands(sh("logs.sh", "--bucket", "--dry-run")) == [
+      ["gcloud", "storage", "ls", "gs://bucket/logs/relu-test/worker0/"]]
+  _, newest = commands(sh("logs.sh", "--dry-run"))
   assert newest == ssh("relu-test", "0", remote(newest))
   assert "ls -t ~/logs/*.log" in remote(newest)
 

@@ -41,6 +41,33 @@ def workers(vm):
     home.mkdir(parents=True, exist_ok=True)
     yield i, home
 
+if pos[:1] == ["storage"]:  # a bucket: FAKE_ROOT/gcs/<bucket>/<path>
+  def local(url):
+    return root / "gcs" / url.removeprefix("gs://")
+  if pos[1] == "cp":
+    local(pos[3]).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(pos[2], local(pos[3]))
+  elif pos[1] == "cat":
+    if not local(pos[2]).exists():
+      sys.exit(f"ERROR: {{pos[2]}} matched no objects")
+    sys.stdout.write(local(pos[2]).read_text())
+  elif pos[1] == "ls":
+    for path in sorted(local(pos[2]).iterdir()):
+      print(pos[2].rstrip("/") + "/" + path.name)
+  sys.exit(0)
+if pos[:4] == ["compute", "tpus", "tpu-vm", "describe"]:
+  if not (root / pos[4]).exists() or (root / pos[4] / "DELETED").exists():
+    sys.exit(f"ERROR: (gcloud.compute.tpus.tpu-vm.describe) NOT_FOUND: {{pos[4]}}")
+  print("READY")
+  sys.exit(0)
+if pos[:3] == ["compute", "tpus", "queued-resources"]:  # states from FAKE_QUEUED_STATES, in turn
+  if pos[3] == "describe":
+    seen = root / "queued_polls"
+    n = int(seen.read_text()) if seen.exists() else 0
+    seen.write_text(str(n + 1))
+    states = os.environ["FAKE_QUEUED_STATES"].split(",")
+    print(states[min(n, len(states) - 1)])
+  sys.exit(0)
 if pos[:4] == ["compute", "tpus", "tpu-vm", "ssh"]:  # all workers at once, like gcloud
   procs = []
   for i, home in workers(pos[4]):
@@ -62,6 +89,10 @@ if pos[:2] == ["compute", "instances"]:
     running.write_text("")
   elif pos[2] == "delete":
     running.unlink()
+  elif pos[2] == "describe":
+    if not running.exists():
+      sys.exit(f"ERROR: The resource '{{pos[3]}}' was not found")
+    print("RUNNING")
 if pos[:2] in (["compute", "ssh"], ["compute", "scp"]):
   vm = (pos[2] if pos[1] == "ssh" else pos[3].split(":", 1)[0])
   if not (root / vm / "RUNNING").exists():
@@ -91,14 +122,25 @@ exit $status
 
 # Fake trainers (`.venv/bin/python -m big_vision_relu.train ARGS`). Both append a line
 # `event<TAB>pid<TAB>cwd<TAB>TFDS_DATA_DIR<TAB>arg<TAB>arg...` to ~/train_calls.tsv and exit 3
-# when FAKE_TRAIN_FAIL is in their arguments. The bash one is fast; the Python one is a real
-# python process (so its command line is a trainer's, for the busy check), sleeps
-# FAKE_TRAIN_SECONDS and records a SIGTERM (then exits 0, like the real trainer).
+# when FAKE_TRAIN_FAIL is in their arguments. The bash one is fast; with FAKE_TRAIN_RESUME in
+# its arguments it exits FAKE_TRAIN_RESUME_RC its first FAKE_TRAIN_RESUME_TIMES times (a lost
+# peer, 75, or a preemption, 79). The Python one is a real python process (so its command line
+# is a trainer's, for the busy check), sleeps FAKE_TRAIN_SECONDS and records a SIGTERM (then
+# exits 79, saved and not finished, like the real trainer).
 FAKE_TRAIN_BASH = '''#!/bin/bash
 [ "$1 $2" = "-m big_vision_relu.train" ] || exit 99
 shift 2
 (IFS=$'\\t'; echo "start$IFS$$$IFS$PWD$IFS${TFDS_DATA_DIR-}$IFS$*") >> "$HOME/train_calls.tsv"
 if [ -n "${FAKE_TRAIN_FAIL-}" ] && [[ " $* " == *"$FAKE_TRAIN_FAIL"* ]]; then exit 3; fi
+if [ -n "${FAKE_TRAIN_RESUME-}" ] && [[ " $* " == *"$FAKE_TRAIN_RESUME"* ]]; then
+  n=$(( $(cat "$HOME/resume_count" 2> /dev/null || echo 0) + 1 ))
+  echo "$n" > "$HOME/resume_count"
+  if (( n <= FAKE_TRAIN_RESUME_TIMES )); then
+    echo "saved, not finished"
+    exit "$FAKE_TRAIN_RESUME_RC"
+  fi
+fi
+echo "trained $*"
 '''
 
 FAKE_TRAIN_PY = '''import os, signal, sys, time
@@ -110,7 +152,7 @@ def record(event, *args):
 
 def on_sigterm(*_):
   record("sigterm")
-  sys.exit(0)
+  sys.exit(79)
 
 signal.signal(signal.SIGTERM, on_sigterm)
 record("start", *sys.argv[1:])
@@ -134,6 +176,10 @@ class FakeCloud:
     pgrep = worker_bin / "pgrep"
     pgrep.write_text(FAKE_PGREP.format(pgrep=shutil.which("pgrep")))
     pgrep.chmod(0o755)
+    (worker_bin / "gcloud").symlink_to(gcloud)  # the workers' own, for `gcloud storage cp`
+    curl = worker_bin / "curl"  # the metadata server's agent-worker-number: FAKE_WORKER's w<i>
+    curl.write_text('#!/bin/bash\necho "${FAKE_WORKER##*-w}"\n')
+    curl.chmod(0o755)
     self.token = f"launch-tpu-test-{uuid.uuid4()}"
     self.env = {"FAKE_ROOT": str(self.root), "FAKE_WORKERS": "2", "FAKE_TOKEN": self.token,
                 "FAKE_WORKER_PATH": f"{worker_bin}:/usr/local/bin:/usr/bin:/bin"}
@@ -266,7 +312,7 @@ def test_fake_sweep_runs_everything_in_order_and_survives_a_failure(sh, cloud):
   result = sh("sweep.sh", FIG1, path_prefix=cloud.bin,
               env={**cloud.env, "FAKE_TRAIN_FAIL": failing})
   assert result.returncode == 0, result.stderr
-  summary = f"sweep fig1 on relu-test: 10 runs, 1 failed {failing}"
+  summary = f"sweep fig1 on relu-test: 10 runs, 9 done; stopped: none; failed: {failing}"
   logs = [cloud.home(w) / "logs" / "fig1.log" for w in range(2)]
   wait_for(lambda: all(log.exists() and summary in log.read_text() for log in logs))
   for worker in range(2):
@@ -289,7 +335,7 @@ def test_fake_sweep_round_robin(sh, cloud):
   workdirs = [f"gs://bucket/runs/{run_id}" for run_id, _ in fig1_runs()]
   for vm, expected in (("tpu-a", workdirs[0::2]), ("tpu-b", workdirs[1::2])):
     log = cloud.home(1, vm) / "logs" / "fig1.log"
-    wait_for(lambda log=log: log.exists() and "5 runs, 0 failed" in log.read_text())
+    wait_for(lambda log=log: log.exists() and "5 runs, 5 done;" in log.read_text())
     assert [c["argv"][3] for c in cloud.train_calls(1, vm)] == expected
 
 
@@ -299,12 +345,13 @@ def test_fake_sweep_starts_on_the_other_vms_when_one_fails(sh, cloud):
   assert result.returncode == 1
   assert "the sweep did not start on: down-a" in result.stderr
   log = cloud.home(0, "tpu-b") / "logs" / "fig1.log"
-  wait_for(lambda: log.exists() and "5 runs, 0 failed" in log.read_text())
+  wait_for(lambda: log.exists() and "5 runs, 5 done;" in log.read_text())
 
 
 # A fake venv on the data VM: pip and the write probe (`-c`) record and succeed (the probe fails
 # with FAKE_NO_WRITE); a build (`python -m MODULE`) logs its start and end
-# with TMPDIR and cwd, takes a second, and fails when FAKE_FAIL is in its arguments.
+# with TMPDIR and cwd, takes a second, and fails when FAKE_FAIL is in its arguments. With
+# FAKE_PROGRESS it takes 4 s, drawing a progress bar as TFDS's tqdm does (carriage returns).
 FAKE_VM_TOOL = '''#!/bin/bash
 echo "$(basename "$0") $*" >> "$HOME/calls.txt"
 case "$1" in
@@ -314,6 +361,14 @@ esac
 echo "start $(date +%s.%N) $TMPDIR $PWD $*" >> "$HOME/builds.txt"
 echo "building $*"
 sleep 1
+if [ -n "${FAKE_PROGRESS-}" ]; then
+  for i in 1 2 3; do
+    printf '\\rGenerating train examples...:  %d%%|#   | %d/300 [00:0%d<00:0%d, 100.00 examples/s]' \\
+      $((i * 33)) $((i * 100)) $i $((3 - i)) >&2
+    sleep 1
+  done
+  echo
+fi
 echo "end $(date +%s.%N) $*" >> "$HOME/builds.txt"
 if [ -n "${FAKE_FAIL-}" ] && [[ " $* " == *"$FAKE_FAIL"* ]]; then echo "boom: $FAKE_FAIL"; exit 3; fi
 '''
@@ -389,3 +444,129 @@ def test_fake_data_never_deletes_a_vm_it_did_not_create(sh, cloud):
   assert "already exists" in result.stderr
   assert [c[:3] for c in gcloud_calls(cloud)] == [["compute", "instances", "create"]]
   assert (cloud.root / VM / "RUNNING").exists()
+
+
+def test_fake_data_vm_reports_progress_to_data_log_and_status_shows_it(sh, cloud):
+  """A long build's progress bar (examples done, rate, ETA) reaches data.log every
+  DATA_PROGRESS_SECONDS while it runs; status.sh --data shows each dataset's newest line."""
+  home = install_fake_vm_venv(cloud)
+  env = {**cloud.env, "FAKE_PROGRESS": "1", "DATA_PROGRESS_SECONDS": "1",
+         "MANUAL_DIR": "gs://bucket/i21k"}
+  result = sh("data.sh", "imagenet21k/winter2021", "cifar100", path_prefix=cloud.bin, env=env)
+  assert result.returncode == 0, result.stderr
+  log = (home / "logs" / "data.log").read_text()
+  progress = [line for line in log.splitlines() if ": progress: " in line]
+  for name in ("imagenet21k_winter2021", "cifar100"):
+    mine = [line.split(": progress: ", 1)[1] for line in progress if f" {name}: " in line]
+    assert mine, log
+    for line in mine:  # one status of the bar, never the carriage-return history
+      assert line.startswith("Generating train examples...:") and line.endswith(
+          "100.00 examples/s]"), line
+  assert "/300 [" in progress[-1] and "<" in progress[-1]  # done / total [elapsed<ETA, rate]
+  assert f"data.sh: done, all in {DATA_DIR}" in result.stdout  # the progress loop was stopped
+
+  # status.sh --data on a data VM that is still there: the newest line of each dataset.
+  (cloud.root / VM / "RUNNING").write_text("")
+  status = sh("status.sh", "--data", path_prefix=cloud.bin, env={**cloud.env, "TPU_NAME": None})
+  assert status.returncode == 0, status.stderr
+  shown = status.stdout.splitlines()
+  assert shown[0] == "RUNNING"
+  assert len(shown) == 4, shown
+  assert sorted(line.split(" ", 2)[2] for line in shown[1:3]) == [  # started in either order
+      "cifar100: ready", "imagenet21k/winter2021: ready"]
+  assert shown[3] == f"== data.sh: done, all in {DATA_DIR}"
+  (cloud.root / VM / "RUNNING").unlink()
+  gone = sh("status.sh", "--data", path_prefix=cloud.bin, env=cloud.env)
+  assert gone.returncode == 1 and "no data VM relu-vit-data" in gone.stderr
+
+
+def test_fake_sweep_retries_lost_and_preempted_runs_and_keeps_logs_in_the_bucket(sh, cloud):
+  """A run that exits 79 (preempted) twice is resumed and finishes on its third attempt; one
+  that keeps exiting 75 (lost peer) stops after SWEEP_MAX_ATTEMPTS and is not counted done.
+  Each worker's log reaches gs://BUCKET/logs/<VM>/worker<N>/ while the loop runs, and logs.sh
+  reads it there once the VM is gone."""
+  cloud.install_fake_trainer()
+  runs = fig1_runs()
+  env = {**cloud.env, "SWEEP_RETRY_SECONDS": "0", "LOG_SYNC_SECONDS": "1",
+         "FAKE_TRAIN_RESUME": runs[2][0], "FAKE_TRAIN_RESUME_RC": "79",
+         "FAKE_TRAIN_RESUME_TIMES": "2"}
+  result = sh("sweep.sh", FIG1, path_prefix=cloud.bin, env=env)
+  assert result.returncode == 0, result.stderr
+  assert "copied to gs://bucket/logs/relu-test/worker<N>/" in result.stdout
+  logs = [cloud.home(w) / "logs" / "fig1.log" for w in range(2)]
+  summary = "sweep fig1 on relu-test: 10 runs, 10 done; stopped: none; failed: none"
+  wait_for(lambda: all(log.exists() and summary in log.read_text() for log in logs))
+  for worker in range(2):
+    text = logs[worker].read_text()
+    assert text.count(f"RETRY {runs[2][0]} (exit 79: preempted) in 0 s") == 2, text
+    assert f"start {runs[2][0]} (attempt 3 of 3)" in text
+    assert [c["argv"][3] for c in cloud.train_calls(worker)].count(
+        f"gs://bucket/runs/{runs[2][0]}") == 3
+  copies = [cloud.root / "gcs" / "bucket" / "logs" / "relu-test" / f"worker{w}" / "fig1.log"
+            for w in range(2)]
+  wait_for(lambda: all(c.exists() and c.read_text() == log.read_text()
+                       for c, log in zip(copies, logs)))  # the last copy, after the loop ended
+
+  # The VM is gone (preempted): logs.sh reads the bucket's copy.
+  (cloud.root / "relu-test" / "DELETED").write_text("")
+  gone = sh("logs.sh", "fig1", "--worker=1", "--lines=1", path_prefix=cloud.bin, env=cloud.env)
+  assert gone.returncode == 0, gone.stderr
+  assert "relu-test is not there" in gone.stderr
+  assert gone.stdout.splitlines()[-1] == logs[1].read_text().splitlines()[-1]
+  assert gone.stdout.splitlines()[-1].endswith(summary)
+  listing = sh("logs.sh", "--worker=1", path_prefix=cloud.bin, env=cloud.env)
+  assert "gs://bucket/logs/relu-test/worker1/fig1.log" in listing.stdout
+  (cloud.root / "relu-test" / "DELETED").unlink()
+
+  # A lost peer every time: SWEEP_MAX_ATTEMPTS attempts, then stopped, not done.
+  for worker in range(2):
+    (cloud.home(worker) / "resume_count").unlink()
+  env.update(FAKE_TRAIN_RESUME=runs[5][0], FAKE_TRAIN_RESUME_RC="75",
+             FAKE_TRAIN_RESUME_TIMES="9", SWEEP_MAX_ATTEMPTS="2")
+  result = sh("sweep.sh", FIG1, path_prefix=cloud.bin, env=env)
+  assert result.returncode == 0, result.stderr
+  summary = f"10 runs, 9 done; stopped: {runs[5][0]}; failed: none"
+  wait_for(lambda: all(summary in log.read_text() for log in logs))
+  for log in logs:
+    text = log.read_text()
+    assert f"RETRY {runs[5][0]} (exit 75: a lost peer)" in text
+    assert f"STOPPED {runs[5][0]} (exit 75, attempt 2): saved, not finished" in text
+
+
+def test_fake_stop_during_a_sweep_ends_the_loop_without_a_retry(sh, cloud):
+  """stop.sh: the loop hears SIGTERM first, the trainer saves and exits 79; the loop starts
+  neither a retry nor the next run, and says which runs are not done."""
+  cloud.install_fake_trainer(python=True)
+  env = {**cloud.env, "FAKE_TRAIN_SECONDS": "60", "SWEEP_RETRY_SECONDS": "0"}
+  result = sh("sweep.sh", FIG1, path_prefix=cloud.bin, env=env)
+  assert result.returncode == 0, result.stderr
+  wait_for(lambda: all(cloud.train_calls(w) for w in range(2)))
+  stop = sh("stop.sh", path_prefix=cloud.bin, env=env)
+  assert stop.returncode == 0, stop.stderr
+  ids = " ".join(run_id for run_id, _ in fig1_runs())
+  logs = [cloud.home(w) / "logs" / "fig1.log" for w in range(2)]
+  wait_for(lambda: all(log.exists() and f"0 done; stopped: {ids}; failed: none" in
+                       log.read_text() for log in logs))
+  for worker in range(2):
+    assert [c["event"] for c in cloud.train_calls(worker)] == ["start", "sigterm"]
+    assert "RETRY" not in logs[worker].read_text()
+
+
+@pytest.mark.parametrize("states,code,says", [
+    ("WAITING_FOR_RESOURCES,PROVISIONING,ACTIVE", 0, "relu-test: ACTIVE"),
+    ("WAITING_FOR_RESOURCES,FAILED", 1, "is FAILED, not ACTIVE"),
+    ("WAITING_FOR_RESOURCES", 1, "is still WAITING_FOR_RESOURCES after 0 min; it stays queued")])
+def test_fake_queued_create_waits_until_active(sh, cloud, states, code, says):
+  env = {**cloud.env, "QUEUED": "1", "FAKE_QUEUED_STATES": states, "QUEUED_POLL_SECONDS": "1",
+         "QUEUED_TIMEOUT_MINUTES": "0" if code and "FAILED" not in states else "5"}
+  result = sh("create.sh", "--", "--reserved", path_prefix=cloud.bin, env=env)
+  assert result.returncode == code, result.stderr
+  assert says in (result.stdout if code == 0 else result.stderr)
+  calls = gcloud_calls(cloud)
+  assert calls[0][:4] == ["compute", "tpus", "queued-resources", "create"] and calls[0][-1] == (
+      "--reserved")
+  polls = [c for c in calls if c[3] == "describe"]
+  assert len(polls) == (3 if code == 0 else 2 if "FAILED" in states else 1)
+  if code == 0:
+    assert "PROVISIONING, waiting for ACTIVE" in result.stderr
+    assert "Next: bash launch/tpu/setup.sh" in result.stdout

@@ -17,6 +17,7 @@ import pytest
 
 from big_vision_relu import config as cfg_lib
 from big_vision_relu import losses
+from big_vision_relu import preemption
 from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 from big_vision_relu import workdir_config
@@ -387,7 +388,8 @@ def test_sigterm_saves_and_exits_cleanly(offline_data_dir, tmp_path):
     time.sleep(0.05)
   proc.send_signal(signal.SIGTERM)
   out, _ = proc.communicate(timeout=120)
-  assert proc.returncode == 0, out[-3000:]
+  assert proc.returncode == preemption.PREEMPTED_EXIT_CODE, out[-3000:]  # saved, not finished
   assert "Preemption notice (SIGTERM)" in out
+  assert _printed_result(out)["preempted"] is True
   step, _ = final_params(workdir)
   assert 3 <= step < 400  # saved where it stopped, although no checkpoint was due

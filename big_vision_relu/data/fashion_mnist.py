@@ -1,14 +1,15 @@
-r"""Fashion-MNIST from local IDX files, as the TFDS dataset `fashion_mnist_local`.
+r"""Fashion-MNIST's local IDX files, read and checked with numpy: the source of the TFDS dataset
+`fashion_mnist_local` (builders.FashionMnistLocal) and of the in-memory one (arrays.py).
 
     apt-get install dataset-fashion-mnist          # Debian: /usr/share/datasets/fashion-mnist/
     python -m big_vision_relu.data.prepare --datasets fashion_mnist_local [--fashion_mnist_dir D]
 
 60,000 train / 10,000 test images, uint8 (28, 28, 1), 10 classes (TFDS's `fashion_mnist`
-features and class names, plus `index`: the example's row in its IDX file).
+features and class names; the TFDS build adds `index`: the example's row in its IDX file).
 
 TFDS's own `fashion_mnist` builder cannot be fed these files: it checks the sha256 of the
-upstream `.gz` files, and Debian's are recompressed (same contents, other bytes). So this
-builder checks what matters, the sha256 of each file's decompressed IDX contents, which is the
+upstream `.gz` files, and Debian's are recompressed (same contents, other bytes). So the files
+are checked for what matters, the sha256 of each file's decompressed IDX contents, which is the
 same for Debian's and the upstream files. A missing or wrong file fails before anything is
 written, with the command that fixes it.
 """
@@ -17,10 +18,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import pathlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import numpy as np
-import tensorflow_datasets as tfds
 
 DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
 NAME = "fashion_mnist_local"
@@ -100,44 +100,3 @@ def check_sources(directory: str, sha256: Mapping[str, str | None] = SHA256) -> 
   """Reads and checks all four files now (about a second), before any builder writes."""
   for split in FILES:
     load_split(directory, split, sha256)
-
-
-class FashionMnistLocal(tfds.core.GeneratorBasedBuilder):
-  """Fashion-MNIST (Zalando): 60,000 train and 10,000 test 28x28 grey images of 10 clothing
-  classes, from local IDX files (Debian's `dataset-fashion-mnist`); no download.
-
-  `index` is the example's row in its split's IDX file (the writer shuffles record order).
-  """
-
-  name = NAME
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Initial release."}
-
-  def __init__(self, *, source_dir: str = DEBIAN_DIR,
-               source_sha256: Mapping[str, str | None] = SHA256,
-               file_format: str | None = None, **kwargs):
-    self.source_dir, self.source_sha256 = source_dir, dict(source_sha256)
-    super().__init__(file_format=file_format or "array_record", **kwargs)
-
-  def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=self.__doc__,
-        features=tfds.features.FeaturesDict({
-            "image": tfds.features.Image(shape=(28, 28, 1)),
-            "label": tfds.features.ClassLabel(names=CLASS_NAMES),
-            "index": tfds.features.Scalar(np.int64, doc="Row in the split's IDX file."),
-        }),
-        supervised_keys=("image", "label"),
-        homepage="https://github.com/zalandoresearch/fashion-mnist",
-    )
-
-  def _split_generators(self, dl_manager):
-    del dl_manager  # The files are local.
-    check_sources(self.source_dir, self.source_sha256)
-    return {split: self._generate_examples(split) for split in FILES}
-
-  def _generate_examples(self, split: str) -> Iterator[tuple[int, dict]]:
-    images, labels = load_split(self.source_dir, split, self.source_sha256)
-    for i in range(len(labels)):
-      yield i, {"image": images[i], "label": int(labels[i]), "index": i}

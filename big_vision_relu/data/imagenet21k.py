@@ -3,7 +3,7 @@ r"""ImageNet-21k as a TFDS dataset (`imagenet21k`), built from the official manu
 Importing this module registers the builder. Build it once (no network; reads only the
 manual dir) with
 
-    python -m big_vision_relu.data.imagenet21k [--release=winter2021] --manual_dir=DIR \
+    python -m big_vision_relu.data.imagenet21k --release=winter2021|fall2011 --manual_dir=DIR \
         [--data_dir=TFDS_DIR]
 
 Releases (builder configs; docs/imagenet21k.md compares them for the paper's results):
@@ -59,6 +59,13 @@ twice: TFDS first spills the shuffled examples to temporary bucket files in the 
 writes the ArrayRecord shards (TFDS picks the number: 2,048 shards of ~0.6 GiB for 1.3 TB).
 Plan for about twice the size of the tars in free space in the data dir, and hours of
 single-core work.
+
+Progress: while reading the tars the build logs, every `PROGRESS_SECONDS`, one line
+`imagenet21k/<release> progress: <images> images, <tars done> of <tars> tars (<percent>),
+<rate> images/s, ETA <hours>` (the ETA assumes the remaining tars are as full as those done;
+TFDS's own progress bar is off meanwhile, as it knows no total); then TFDS's bar shows the
+shard writing ("Shuffling ...", with its own ETA). `launch/tpu/data.sh` copies the newest of
+these lines into data.log.
 """
 from __future__ import annotations
 
@@ -70,6 +77,7 @@ import io
 import posixpath
 import re
 import tarfile
+import time
 
 from absl import logging
 from etils import epath
@@ -88,6 +96,8 @@ _KEPT_MODES = frozenset({"RGB", "L"})
 _SYNSET_TAR = re.compile(r"(n\d{8})\.tar")
 _WNID = re.compile(r"n\d{8}")
 _NUM_SHOWN = 10  # How many offending wnids messages list.
+PROGRESS_SECONDS = 60.0
+"""How often the build logs its progress line (see the module docstring)."""
 
 MANUAL_DOWNLOAD_INSTRUCTIONS = """\
 Get one ImageNet-21k release from image-net.org (after registration) and unpack its outer
@@ -240,6 +250,37 @@ def as_rgb_jpeg(data: bytes, where: str) -> tuple[bytes, str | None]:
   return encoded.getvalue(), reason
 
 
+class Progress:
+  """The build's progress line: images and tars done, rate and ETA (by the share of tars done).
+
+  `update(images)` after each tar, `line()` to format it; `clock` is injectable for tests.
+  """
+
+  def __init__(self, name: str, num_tars: int, clock=time.monotonic):
+    self.name, self.num_tars, self._clock = name, num_tars, clock
+    self.images = self.tars = 0
+    self._start = self._last = clock()
+
+  def update(self, images: int) -> str | None:
+    """Counts one more tar of `images`; returns the line if PROGRESS_SECONDS passed (or at the
+    last tar), else None."""
+    self.images += images
+    self.tars += 1
+    now = self._clock()
+    if now - self._last < PROGRESS_SECONDS and self.tars < self.num_tars:
+      return None
+    self._last = now
+    return self.line(now)
+
+  def line(self, now: float | None = None) -> str:
+    elapsed = max((self._clock() if now is None else now) - self._start, 1e-9)
+    done = self.tars / max(self.num_tars, 1)
+    eta = elapsed * (1 - done) / done if done else float("inf")
+    return (f"{self.name} progress: {self.images:,} images, {self.tars:,} of "
+            f"{self.num_tars:,} tars ({100 * done:.1f}%), {self.images / elapsed:,.0f} images/s, "
+            f"ETA {eta / 3600:.1f} h")
+
+
 class Imagenet21k(tfds.core.GeneratorBasedBuilder):
   """ImageNet-21k, one config per release (default: fall 2011 in Google's 21,843-class order);
   one split, `full`.
@@ -284,6 +325,10 @@ class Imagenet21k(tfds.core.GeneratorBasedBuilder):
     self.info.metadata.update(differences)
     logging.info("imagenet21k/%s: %d classes; %s", self.builder_config.name, len(wnids),
                  {k: len(v) for k, v in differences.items()})
+    # Our progress line instead of TFDS's bar, which knows no total here; the bar is made when
+    # the split is generated (after this) and _generate_examples turns bars back on when done,
+    # before TFDS's shard writing makes its own.
+    tfds.disable_progress_bar()
     return {SPLIT: self._generate_examples(wnids, tars)}
 
   def _generate_examples(self, wnids: tuple[str, ...],
@@ -291,6 +336,7 @@ class Imagenet21k(tfds.core.GeneratorBasedBuilder):
                          ) -> collections.abc.Iterator[tuple[str, dict]]:
     config = self.builder_config
     num_reencoded = 0
+    progress = Progress(f"imagenet21k/{config.name}", sum(w in tars for w in wnids))
     for label, wnid in enumerate(wnids):
       if wnid not in tars:
         continue  # Allowed by class_list.
@@ -308,8 +354,11 @@ class Imagenet21k(tfds.core.GeneratorBasedBuilder):
       if not num_images and wnid not in config.may_be_missing:
         raise ValueError(f"{tars[wnid]} holds no images, but class {wnid} is not in "
                          f"may_be_missing of imagenet21k/{config.name}")
+      if line := progress.update(num_images):
+        logging.info("%s", line)
     logging.info("imagenet21k/%s: re-encoded %d images as RGB JPEG.", config.name,
                  num_reencoded)
+    tfds.enable_progress_bar()
 
 
 def main(argv: collections.abc.Sequence[str] | None = None) -> None:
@@ -317,9 +366,11 @@ def main(argv: collections.abc.Sequence[str] | None = None) -> None:
   parser = argparse.ArgumentParser(
       description="Builds the imagenet21k TFDS dataset (ArrayRecord) of one ImageNet release "
                   "from its per-synset tars. No network.")
-  parser.add_argument("--release", default=FALL2011.name,
+  parser.add_argument("--release", required=True,
                       choices=[c.name for c in Imagenet21k.BUILDER_CONFIGS],
-                      help="Which release the manual dir holds (the builder config).")
+                      help="Which release the manual dir holds (the builder config): "
+                           "winter2021 is the one image-net.org offers today; fall2011 the "
+                           "paper's (fall11_whole.tar).")
   parser.add_argument("--manual_dir", required=True,
                       help="Directory holding n01440764.tar, ... (the unpacked outer archive).")
   parser.add_argument("--data_dir", default=None,

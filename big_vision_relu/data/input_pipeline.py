@@ -1,4 +1,4 @@
-"""Input pipelines: reproducible, resumable training batches; padded eval batches; global arrays.
+"""The tf.data input pipeline (TFDS datasets): resumable training batches, padded eval batches.
 
 Training (`training_batches`)
 -----------------------------
@@ -28,7 +28,8 @@ as in big_vision: that would tie the data order to the number of processes.)
 
 What it costs:
 - datasets must be stored as ArrayRecord (`python -m big_vision_relu.data.prepare` builds
-  them so; `tfds convert_format` converts datasets already built as TFRecord): random access by record
+  them so; `python -m big_vision_relu.data.convert` converts datasets already built as TFRecord,
+  without apache-beam): random access by record
   number is impossible with TFRecord files. `datasets.raw_record_source` says so, with the
   command, when a dataset is in another format;
 - every example is a separate random read. On local disk that is cheap; on GCS each read
@@ -45,17 +46,11 @@ inside the tf.data graph, in parallel. Image features are not decoded by TFDS: t
 
 Evaluation (`eval_batches`)
 ---------------------------
-Process h reads its contiguous share of the records (like `tfds.even_splits(split, P)[h]`:
-sizes differ by at most one, the first n % P shares are one larger), in order, once. Every
-process yields `num_eval_steps(...)` batches: after the real examples come padding examples,
-all zeros with the shapes and dtypes of a preprocessed example, and `_mask` (bool [batch])
-tells them apart. The eval pp runs on real examples only (and once on the split's first
-example, to get the shapes of the padding).
-
-Global arrays (`make_global_batch`)
------------------------------------
-Host batches become `jax.Array`s sharded on the leading (batch) axis over the mesh's data
-axis, via `jax.make_array_from_process_local_data`.
+Process h reads its contiguous share of the records, in order, once (`batching`: the shares,
+the number of steps and `make_global_batch` are the in-memory pipeline's too). After the real
+examples come padding examples, all zeros with the shapes and dtypes of a preprocessed example,
+and `_mask` (bool [batch]) tells them apart. The eval pp runs on real examples only (and once
+on the split's first example, to get the shapes of the padding).
 """
 import atexit
 import functools
@@ -70,12 +65,12 @@ import tensorflow_datasets as tfds
 
 from big_vision_relu.data import datasets
 from big_vision_relu.data import holdout
+# The host shares, eval padding and global arrays are the in-memory pipeline's too.
+from big_vision_relu.data.batching import (MASK_KEY, RECORD_KEY, check_process,  # noqa: F401
+                                           eval_share, host_batch_size, make_global_batch,
+                                           num_eval_steps)
 from big_vision_relu.data import pp as pp_lib
 
-MASK_KEY = "_mask"
-# Eval examples carry their record number in the split (-1 for padding), so results gathered
-# from any number of hosts can be put back in the split's order.
-RECORD_KEY = "_record"
 # Stream tags folded into the user's seed, so the shuffle and the augmentation use unrelated
 # random numbers.
 _SHUFFLE_STREAM, _AUGMENT_STREAM = 0, 1
@@ -109,19 +104,6 @@ class Batches:
 
 _OPEN_BATCHES: "weakref.WeakSet[Batches]" = weakref.WeakSet()
 atexit.register(lambda: [batches.close() for batches in list(_OPEN_BATCHES)])
-
-
-def host_batch_size(global_batch_size: int, process_count: int) -> int:
-  """global_batch_size / process_count (ValueError unless it divides evenly)."""
-  if global_batch_size <= 0 or global_batch_size % process_count:
-    raise ValueError(f"The global batch size {global_batch_size} must be a positive multiple "
-                     f"of the number of processes ({process_count}); change input.batch_size.")
-  return global_batch_size // process_count
-
-
-def _check_process(process_index: int, process_count: int) -> None:
-  if not 0 <= process_index < process_count:
-    raise ValueError(f"process_index={process_index} is not in [0, {process_count})")
 
 
 class _Records:
@@ -210,7 +192,7 @@ def training_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *
     dicts of numpy arrays with leading dim global_batch_size / process_count: the pp output
     keys (`_rng` removed).
   """
-  _check_process(process_index, process_count)
+  check_process(process_index, process_count)
   host_batch = host_batch_size(global_batch_size, process_count)
   if start_step < 0:
     raise ValueError(f"start_step must be >= 0, got {start_step}")
@@ -241,20 +223,6 @@ def training_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *
   return Batches(ds)
 
 
-def _eval_share(num_examples: int, process_index: int, process_count: int) -> tuple[int, int]:
-  """[start, stop) of this process's records: even sizes, the first n % P one larger."""
-  base, extra = divmod(num_examples, process_count)
-  start = process_index * base + min(process_index, extra)
-  return start, start + base + (process_index < extra)
-
-
-def num_eval_steps(num_examples: int, global_batch_size: int, process_count: int) -> int:
-  """Steps every process runs to see its whole eval share (the largest one, ceil(n / P))."""
-  host_batch = host_batch_size(global_batch_size, process_count)
-  largest_share = -(-num_examples // process_count)
-  return max(1, -(-largest_share // host_batch))
-
-
 def eval_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *,
                  process_index: int, process_count: int,
                  prefetch: int = 2) -> Batches:
@@ -270,11 +238,11 @@ def eval_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *,
     keys, plus `_mask` (bool): True for real examples, False for zero padding, and `_record`
     (int32): the example's record number in the split, -1 for padding.
   """
-  _check_process(process_index, process_count)
+  check_process(process_index, process_count)
   host_batch = host_batch_size(global_batch_size, process_count)
   preprocess = pp_lib.get_preprocess_fn(pp)
   source, deserialize = _open(data)
-  start, stop = _eval_share(len(source), process_index, process_count)
+  start, stop = eval_share(len(source), process_index, process_count)
   num_padding = (num_eval_steps(len(source), global_batch_size, process_count) * host_batch
                  - (stop - start))
 
@@ -294,15 +262,3 @@ def eval_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *,
   real = real.map(lambda example: {**example, MASK_KEY: True})
   ds = real.concatenate(padding).batch(host_batch, drop_remainder=True).prefetch(prefetch)
   return Batches(ds)
-
-
-def make_global_batch(host_batch: Mapping[str, np.ndarray], mesh: jax.sharding.Mesh,
-                      data_axis: str | tuple[str, ...] = "data") -> dict[str, jax.Array]:
-  """Host-local arrays [b, ...] -> global jax.Arrays [b * process_count, ...].
-
-  The leading axis is sharded over the mesh axis (or axes) `data_axis`; other axes are
-  replicated. Each process passes its own rows, e.g. a batch from `training_batches`.
-  """
-  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(data_axis))
-  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
-          for k, v in host_batch.items()}

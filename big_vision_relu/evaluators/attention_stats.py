@@ -33,8 +33,8 @@ import jax
 import jax.numpy as jnp
 
 from big_vision_relu import config as cfg_lib
-from big_vision_relu.data import datasets
-from big_vision_relu.data import input_pipeline
+from big_vision_relu.data import batching
+from big_vision_relu.data import inputs
 from big_vision_relu.evaluators import attention_capture
 from big_vision_relu.evaluators import attention_statistics
 from big_vision_relu.evaluators import common
@@ -82,21 +82,19 @@ class AttentionStatsEvaluator:
 
   def __init__(self, config: Mapping[str, Any], *, model: vit._Model,  # noqa: SLF001
                mesh: jax.sharding.Mesh, data_axis: str | tuple[str, ...] = "data",
-               default_loss: str | None = None):
+               pipeline: str, default_loss: str | None = None):
     del default_loss  # no loss here
-    self.data = dict(config["data"])
-    self.pp = config["pp_fn"]
-    self.batch_size = config["batch_size"]
-    self.mesh, self.data_axis = mesh, data_axis
     # Fails now, not after hours of training, when the data is missing.
-    available = datasets.num_examples(self.data)
-    self.num_batches = math.ceil(min(config["num_examples"], available) / self.batch_size)
+    self._batches = inputs.EvalData(config["data"], config["pp_fn"], config["batch_size"],
+                                    pipeline=pipeline, mesh=mesh, data_axis=data_axis)
+    available = self._batches.num_examples
+    self.num_batches = math.ceil(min(config["num_examples"], available) / config["batch_size"])
 
     def sums(params, batch):
       layout = attention_capture.token_layout(model, batch["image"].shape[1:3])
       captured = attention_capture.apply_inspecting(model, params, batch["image"],
                                                     with_qk=False)
-      mask = batch[input_pipeline.MASK_KEY]
+      mask = batch[batching.MASK_KEY]
       layers = [dict(layer_sums(w, mask, layout), **branch_sums(branch, stream, mask))
                 for w, branch, stream in zip(captured["weights"], captured["attention_outputs"],
                                              captured["block_inputs"], strict=True)]
@@ -106,8 +104,7 @@ class AttentionStatsEvaluator:
   def run(self, params: Any) -> dict[str, float]:
     """Returns {'layer{i}/zeros': ..., ..., 'num_examples': n} (see the module docstring)."""
     totals = None
-    batches = common.global_eval_batches(self.data, self.pp, self.batch_size, mesh=self.mesh,
-                                         data_axis=self.data_axis)
+    batches = iter(self._batches)
     try:
       for batch in itertools.islice(batches, self.num_batches):
         sums = self._sums(params, batch)

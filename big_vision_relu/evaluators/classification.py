@@ -27,8 +27,8 @@ import numpy as np
 
 from big_vision_relu import config as cfg_lib
 from big_vision_relu import losses
-from big_vision_relu.data import datasets
-from big_vision_relu.data import input_pipeline
+from big_vision_relu.data import batching
+from big_vision_relu.data import inputs
 from big_vision_relu.data import label_maps
 from big_vision_relu.evaluators import common
 
@@ -51,6 +51,7 @@ def label_map_indices(label_map: str, data_dir: str | None = None) -> np.ndarray
   if label_map in LABEL_MAPS:
     return LABEL_MAPS[label_map]()
   if _is_i21k_release(label_map):
+    from big_vision_relu.data import datasets  # TFDS: only this label map needs it
     names = datasets.get_builder(label_map, data_dir).info.features["label"].names
     return label_maps.i1k_indices(names)
   raise ValueError(f"Unknown label_map {label_map!r}; valid: {_LABEL_MAP_NAMES}.")
@@ -98,29 +99,27 @@ class ClassificationEvaluator:
   }
 
   def __init__(self, config: Mapping[str, Any], *, model: nn.Module, mesh: jax.sharding.Mesh,
-               data_axis: str | tuple[str, ...] = "data", default_loss: str):
+               data_axis: str | tuple[str, ...] = "data", pipeline: str, default_loss: str):
     self.data = dict(config["data"])
-    self.pp = config["pp_fn"]
-    self.batch_size = config["batch_size"]
-    self.mesh, self.data_axis = mesh, data_axis
     loss_name = default_loss if config["loss_name"] is None else config["loss_name"]
     label_map = config["label_map"]
     indices = label_map_indices(label_map, self.data["data_dir"]) if label_map else None
-    # Fail now, not after hours of training, when the data is missing or badly specified.
-    self.num_examples = datasets.num_examples(self.data)
+    # Fails now, not after hours of training, when the data is missing or badly specified.
+    self._batches = inputs.EvalData(self.data, config["pp_fn"], config["batch_size"],
+                                    pipeline=pipeline, mesh=mesh, data_axis=data_axis)
+    self.num_examples = self._batches.num_examples
     predict_fn = common.make_predict_fn(model, config["pred"])
 
     def sums(params, batch):
       logits = predict_fn(params, batch["image"])
-      return batch_sums(logits, batch["labels"], batch[input_pipeline.MASK_KEY],
+      return batch_sums(logits, batch["labels"], batch[batching.MASK_KEY],
                         loss_name=loss_name, label_map=indices)
     self._sums = jax.jit(sums)
 
   def run(self, params: Any) -> dict[str, float]:
     """Returns {'prec@1': ..., 'loss': ..., 'num_examples': ...} over the whole split."""
     totals = None
-    for batch in common.global_eval_batches(self.data, self.pp, self.batch_size,
-                                            mesh=self.mesh, data_axis=self.data_axis):
+    for batch in self._batches:
       sums = self._sums(params, batch)
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     totals = jax.device_get(totals)

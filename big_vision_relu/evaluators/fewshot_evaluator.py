@@ -27,25 +27,23 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from big_vision_relu import config as cfg_lib
-from big_vision_relu.data import datasets as datasets_lib
-from big_vision_relu.data import input_pipeline
+from big_vision_relu.data import batching
+from big_vision_relu.data import inputs
 from big_vision_relu.evaluators import common
 from big_vision_relu.evaluators import fewshot
 
 
 def embed_split(embed: Callable[[Any, Mapping[str, jax.Array]], jax.Array], params: Any,
-                data: Mapping[str, str], pp: str, batch_size: int, *, mesh: jax.sharding.Mesh,
-                data_axis: str | tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+                data: inputs.EvalData) -> tuple[np.ndarray, np.ndarray]:
   """([N, D] float64 features, [N] int labels) of a whole split, in the split's order.
 
   `embed(params, batch) -> [b, ...]` maps a global batch (its `image`) to features; the pp
   must produce `image` and an integer `label`. Every host gets all N rows.
   """
   parts = []
-  for batch in common.global_eval_batches(data, pp, batch_size, mesh=mesh,
-                                          data_axis=data_axis):
-    values = (embed(params, batch), batch["label"], batch[input_pipeline.MASK_KEY],
-              batch[input_pipeline.RECORD_KEY])
+  for batch in data:
+    values = (embed(params, batch), batch["label"], batch[batching.MASK_KEY],
+              batch[batching.RECORD_KEY])
     parts.append([np.asarray(v) for v in multihost_utils.process_allgather(values, tiled=True)])
   feats, labels, mask, records = (np.concatenate(p) for p in zip(*parts))
   order = np.argsort(records[mask], kind="stable")
@@ -100,11 +98,9 @@ class FewShotEvaluator:
   }
 
   def __init__(self, config: Mapping[str, Any], *, model: nn.Module, mesh: jax.sharding.Mesh,
-               data_axis: str | tuple[str, ...] = "data", default_loss: str | None = None):
+               data_axis: str | tuple[str, ...] = "data", pipeline: str,
+               default_loss: str | None = None):
     del default_loss  # a probe has no training loss
-    self.mesh, self.data_axis = mesh, data_axis
-    self.batch_size = config["batch_size"]
-    self.pp_train, self.pp_eval = config["pp_train"], config["pp_eval"]
     self.shots = tuple(config["shots"])
     self.seeds = tuple(config["seeds"])
     self.l2_reg = float(config["l2_reg"])
@@ -113,13 +109,12 @@ class FewShotEvaluator:
     self.datasets = {}
     for short_name, (tfds_name, train_split, test_split) in dict(config["datasets"]).items():
       # Fails now, with the command that prepares the dataset, not after hours of training.
-      builder = datasets_lib.get_builder(tfds_name, data_dir)
-      num_classes = builder.info.features["label"].num_classes
-      self.datasets[short_name] = (
-          {"name": tfds_name, "split": train_split, "data_dir": data_dir},
-          {"name": tfds_name, "split": test_split, "data_dir": data_dir}, num_classes)
-      for split in (train_split, test_split):
-        datasets_lib.num_examples({"name": tfds_name, "split": split, "data_dir": data_dir})
+      self.datasets[short_name] = tuple(
+          inputs.EvalData({"name": tfds_name, "split": split, "data_dir": data_dir}, pp,
+                          config["batch_size"], pipeline=pipeline, mesh=mesh,
+                          data_axis=data_axis)
+          for split, pp in ((train_split, config["pp_train"]), (test_split, config["pp_eval"]))
+      ) + (inputs.num_classes(tfds_name, data_dir, pipeline),)
 
     predict_fn = common.make_predict_fn(model, config["pred"])
 
@@ -130,10 +125,8 @@ class FewShotEvaluator:
   def run(self, params: Any) -> dict[str, float]:
     metrics: dict[str, float] = {}
     for short_name, (train, test, num_classes) in self.datasets.items():
-      x_train, y_train = embed_split(self._embed, params, train, self.pp_train,
-                                     self.batch_size, mesh=self.mesh, data_axis=self.data_axis)
-      x_test, y_test = embed_split(self._embed, params, test, self.pp_eval, self.batch_size,
-                                   mesh=self.mesh, data_axis=self.data_axis)
+      x_train, y_train = embed_split(self._embed, params, train)
+      x_test, y_test = embed_split(self._embed, params, test)
       metrics.update(fewshot.fewshot_results(
           x_train, y_train, x_test, y_test, name=short_name, num_classes=num_classes,
           shots=self.shots, seeds=self.seeds, l2_reg=self.l2_reg,

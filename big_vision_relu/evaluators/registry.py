@@ -6,8 +6,9 @@
 `evaluator_config` fills and checks one evaluator's config; `from_config` checks them all before
 any evaluator reads its data. Every evaluator also runs at the first and the last step of a run.
 Metrics are logged as `<name>/<metric>`. Each evaluator class is built as
-`cls(filled config, model=..., mesh=..., data_axis=..., default_loss=...)`: it is given the
-run's model (and applies it as it needs: `common.make_predict_fn` for a model output).
+`cls(filled config, model=..., mesh=..., data_axis=..., pipeline=..., default_loss=...)`: it is
+given the run's model (and applies it as it needs: `common.make_predict_fn` for a model output)
+and reads its data through the run's input pipeline (`data.inputs.EvalData`).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def evaluator_config(config: Mapping[str, Any], where: str) -> ml_collections.Co
 class ScheduledEvaluator:
   """An evaluator with its name and cadence: `due(step)`, `run(params) -> {metric: value}`."""
 
-  def __init__(self, name: str, evaluator: Any, every: int | None, total_steps: int):
+  def __init__(self, name: str, evaluator: Any, every: int | None, total_steps: int | None):
     self.name, self._evaluator, self._every, self._total = name, evaluator, every, total_steps
 
   def due(self, step: int) -> bool:
@@ -60,18 +61,20 @@ class ScheduledEvaluator:
 
 
 def from_config(evals: Mapping[str, Any], *, model: nn.Module, mesh: jax.sharding.Mesh,
-                data_axis: str, total_steps: int, steps_per_epoch: float, train_batch_size: int,
+                data_axis: str, pipeline: str, total_steps: int | None,
+                steps_per_epoch: float | None, train_batch_size: int,
                 default_loss: str) -> list[ScheduledEvaluator]:
   """Instantiates every evaluator of `config.evals`: checks every config and cadence first,
-  then builds each evaluator (which checks its data now)."""
+  then builds each evaluator (which checks its data now). `total_steps` None: no cadence
+  (evaluating a checkpoint runs each evaluator once)."""
   configs = {name: evaluator_config(cfg, f"evals.{name}") for name, cfg in evals.items()}
-  every = {name: cfg_lib.get_steps(cfg, "log", total_steps=total_steps,
-                                   steps_per_epoch=steps_per_epoch, batch_size=train_batch_size,
-                                   where=f"evals.{name}")
+  every = {name: None if total_steps is None else cfg_lib.get_steps(
+               cfg, "log", total_steps=total_steps, steps_per_epoch=steps_per_epoch,
+               batch_size=train_batch_size, where=f"evals.{name}")
            for name, cfg in configs.items()}
   result = []
   for name, cfg in configs.items():
     evaluator = EVALUATORS[cfg.type](cfg, model=model, mesh=mesh, data_axis=data_axis,
-                                     default_loss=default_loss)
+                                     pipeline=pipeline, default_loss=default_loss)
     result.append(ScheduledEvaluator(name, evaluator, every[name], total_steps))
   return result

@@ -32,6 +32,7 @@ from sklearn.linear_model import RidgeClassifier
 from sklearn.neighbors import KNeighborsClassifier
 
 from big_vision_relu import run as run_lib
+from big_vision_relu.data import inputs
 from big_vision_relu.evaluators import registry
 from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator, embed_split
 
@@ -65,24 +66,26 @@ def compute(config: ml_collections.ConfigDict, seeds: Sequence[int],
             pixel_pp: str = PIXEL_PP) -> dict[str, float]:
   """Every baseline of the module docstring for `config` (a training config)."""
   run = run_lib.setup(config)
-  mesh, axis = run.mesh, run_lib.DATA_AXIS
+  mesh, axis, pipeline = run.mesh, run_lib.DATA_AXIS, run.config.input.pipeline
   evals = {name: registry.evaluator_config(cfg, f"evals.{name}")
            for name, cfg in run.config.evals.items()}
   batch_size = max(cfg.batch_size for cfg in evals.values())
   results: dict[str, float] = {}
   with jax.set_mesh(mesh):
-    x_train, y_train = embed_split(_batch_pixels, None, config.input.data, pixel_pp, batch_size,
-                                   mesh=mesh, data_axis=axis)
+    pixels_of = lambda data: embed_split(_batch_pixels, None, inputs.EvalData(  # noqa: E731
+        data, pixel_pp, batch_size, pipeline=pipeline, mesh=mesh, data_axis=axis))
+    x_train, y_train = pixels_of(run.config.input.data)
     for name, cfg in evals.items():
       if cfg.type == "classification":
-        x_test, y_test = embed_split(_batch_pixels, None, cfg.data, pixel_pp, batch_size, mesh=mesh,
-                                     data_axis=axis)
+        x_test, y_test = pixels_of(cfg.data)
         for key, value in pixel_classifiers(x_train, y_train, x_test, y_test).items():
           results[f"{name}/{key}"] = value
       elif cfg.type == "fewshot":
-        pixels = FewShotEvaluator(cfg, model=_Pixels(), mesh=mesh, data_axis=axis)
+        pixels = FewShotEvaluator(cfg, model=_Pixels(), mesh=mesh, data_axis=axis,
+                                  pipeline=pipeline)
         results.update({f"{name}/pixels/{k}": v for k, v in pixels.run(None).items()})
-        network = FewShotEvaluator(cfg, model=run.model, mesh=mesh, data_axis=axis)
+        network = FewShotEvaluator(cfg, model=run.model, mesh=mesh, data_axis=axis,
+                                   pipeline=pipeline)
         for seed in seeds:
           params = jax.jit(run.init_state)(jax.random.PRNGKey(seed))["params"]
           results.update({f"{name}/random_init/seed{seed}/{k}": v

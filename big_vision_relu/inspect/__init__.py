@@ -23,11 +23,12 @@ from big_vision_relu.evaluators.attention_statistics import (
     patch_distances, qk_logit_norms, received_attention, row_statistics)
 from big_vision_relu.inspect.images import eval_examples, input_shape, photo_batch, sample_photos
 from big_vision_relu.inspect.inspection import Inspection, attention_maps, layer_table, run_model
-from big_vision_relu.inspect.loading import Run, checkpoint_steps, load_npz, load_run, read_metrics
+from big_vision_relu.inspect.loading import (Run, checkpoint_steps, data_dir, load_npz, load_run,
+                                            read_metrics)
 
 __all__ = [
     # loading
-    "Run", "checkpoint_steps", "load_npz", "load_run", "read_metrics",
+    "Run", "checkpoint_steps", "data_dir", "load_npz", "load_run", "read_metrics",
     # images
     "eval_examples", "input_shape", "photo_batch", "sample_photos",
     # the model over images

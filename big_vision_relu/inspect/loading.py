@@ -42,6 +42,12 @@ class Run:
     return jax.jit(functools.partial(attention_capture.apply_inspecting, self.model))
 
 
+def data_dir(run: Run) -> str | None:
+  """The TFDS data dir the run's trainer read (its workdir's data_dir.json: TFDS_DATA_DIR on a
+  TPU VM); None for an .npz or a workdir written before the trainer recorded it."""
+  return None if run.config is None else workdir_config.recorded_data_dir(run.source)
+
+
 def checkpoint_steps(workdir: str | epath.PathLike) -> list[int]:
   """The finalised checkpoint steps of a workdir, ascending (orbax writes a step atomically)."""
   directory = epath.Path(workdir) / "checkpoints"
@@ -57,6 +63,7 @@ def load_run(workdir: str | epath.PathLike, step: int | None = None) -> Run:
     workdir: the `--workdir` of `big_vision_relu.train` (local or gs://).
     step: the checkpoint step; None: the newest readable one (an unreadable newer step is
       skipped with a warning; nothing on disk is changed).
+  Only the parameters are read (`checkpoint.read_params`), never the optimizer state.
   """
   config = workdir_config.read_config(workdir)
   model = run_lib.make_model(config)
@@ -69,8 +76,9 @@ def load_run(workdir: str | epath.PathLike, step: int | None = None) -> Run:
   errors = []
   for candidate in candidates:
     try:
-      params = checkpoint_lib.read_state(epath.Path(workdir) / "checkpoints" / str(candidate),
-                                         device)["params"]
+      params = checkpoint_lib.read_params(  # not the optimizer state
+          epath.Path(workdir) / "checkpoints" / str(candidate),
+          lambda abstract: jax.tree.map(lambda _: device, abstract))
     except (ValueError, OSError) as e:
       if step is not None:
         raise

@@ -30,16 +30,14 @@ from jax.sharding import PartitionSpec as P
 from big_vision_relu.models import attention
 
 Array = jax.Array
+DEFAULT_BLOCK = 512  # chunked's blocks and seq_parallel's local blocks, without a block_size
 
 
 @dataclasses.dataclass(frozen=True)
 class BlockSpec:
   """What one (query block, key block) pair computes; static (hashable) for `custom_vjp`."""
-  activation: str
-  seqlen_alpha: float
+  options: attention.AttentionOptions  # the attention's one validated options object
   key_len: int  # the GLOBAL number of keys (the scale's L): no block, shard or padding size
-  float32_scores: bool
-  precision: Any
   q_block: int
   k_block: int
 
@@ -48,14 +46,17 @@ class BlockSpec:
     """q `[B, bq, heads, d]`, k/v `[B, bk, heads, d]` -> this key block's share of the output
     `[B, bq, heads, dv]`, in the accumulation dtype (float32 for bf16 inputs). With
     `layout=ONE_HEAD`: one head's tiles, q `[bq, d]`, k/v `[bk, d]` -> `[bq, dv]`."""
+    options = self.options
     weights = self.tile_weights(attention.attention_logits(
-        query, key, float32_scores=self.float32_scores, precision=self.precision, layout=layout))
-    return attention.weighted_sum(weights, value, precision=self.precision, layout=layout)
+        query, key, float32_scores=options.float32_scores, precision=options.precision,
+        layout=layout))
+    return attention.weighted_sum(weights, value, precision=options.precision, layout=layout)
 
   def tile_weights(self, scores: Array) -> Array:
     """A block of scores -> its pointwise weights (the scale of the global key_len)."""
-    return attention.pointwise_weights(scores, activation=self.activation,
-                                       seqlen_alpha=self.seqlen_alpha, key_len=self.key_len)
+    return attention.pointwise_weights(scores, activation=self.options.activation,
+                                       seqlen_alpha=self.options.seqlen_alpha,
+                                       key_len=self.key_len)
 
   def output_dtype(self, query: Array, key: Array, value: Array) -> Any:
     """The accumulation dtype of `partial_output` for these inputs."""
@@ -221,62 +222,53 @@ def _flatten_and_pad(x: Array, length: int) -> Array:
   return jnp.pad(x, ((0, 0), (0, length - x.shape[1]), (0, 0), (0, 0)))
 
 
-def run_blockwise(core: Callable[[BlockSpec, Array, Array, Array], Array], query: Array,
-                  key: Array, value: Array, *, parts: int = 1,
-                  split: Callable[[int, int], tuple[int, int]] = block_len,
-                  activation: str, seqlen_alpha: float, block_size: int, dtype: Any,
-                  precision: Any, float32_scores: bool) -> Array:
+def run_blockwise(core: Callable[[BlockSpec, Array, Array, Array], Array],
+                  options: attention.AttentionOptions, query: Array, key: Array, value: Array,
+                  *, default_block: int, dtype: Any, parts: int = 1,
+                  split: Callable[[int, int], tuple[int, int]] = block_len) -> Array:
   """Runs `core(spec, q, k, v)` on `[B, len, heads, d]` arrays whose lengths are zero-padded to
-  `parts` equal pieces (devices) of whole blocks (`split(piece length, block_size)` -> (block,
-  padded piece length)), and undoes the padding and the batch flattening:
-  `[batch..., q_len, heads, v_dim]` in `dtype`."""
+  `parts` equal pieces (devices) of whole blocks (`split(piece length, options.block_size or
+  default_block)` -> (block, padded piece length)), and undoes the padding and the batch
+  flattening: `[batch..., q_len, heads, v_dim]` in `dtype`."""
   q_len, k_len = query.shape[-3], key.shape[-3]
-  q_block, q_part = split(-(-q_len // parts), block_size)
-  k_block, k_part = split(-(-k_len // parts), block_size)
-  spec = BlockSpec(activation, float(seqlen_alpha), k_len, float32_scores, precision,
-                   q_block, k_block)
+  max_block = options.block_size or default_block
+  q_block, q_part = split(-(-q_len // parts), max_block)
+  k_block, k_part = split(-(-k_len // parts), max_block)
+  spec = BlockSpec(options, k_len, q_block, k_block)
   out = core(spec, _flatten_and_pad(query, parts * q_part), _flatten_and_pad(key, parts * k_part),
              _flatten_and_pad(value, parts * k_part))
   return out[:, :q_len].reshape(*query.shape[:-1], value.shape[-1]).astype(dtype or value.dtype)
 
 
-def chunked_pointwise_attention(query: Array, key: Array, value: Array, *,
-                                activation: str = "relu", seqlen_alpha: float = 1.0,
-                                block_size: int = 512, mask: Array | None = None,
-                                dtype: Any = None, precision: Any = None,
-                                float32_scores: bool = True) -> Array:
-  """Pointwise attention in query x key blocks of at most `block_size`: the same function as
-  `attention.dot_product_attention`, memory O(len x block) in the forward and backward passes.
+def chunked_pointwise_attention(options: attention.AttentionOptions, query: Array, key: Array,
+                                value: Array, *, mask: Array | None = None,
+                                dtype: Any = None) -> Array:
+  """Pointwise attention in query x key blocks of at most `options.block_size` (default 512):
+  the same function as `attention.dense_attention`, memory O(len x block) in the forward and
+  backward passes.
 
   Args:
+    options: `AttentionOptions(impl='chunked', ...)`, a pointwise activation; lengths are split
+      into equal blocks with the least zero padding.
     query: `[batch..., q_len, heads, head_dim]`.
     key: `[batch..., k_len, heads, head_dim]`.
     value: `[batch..., k_len, heads, v_dim]`.
-    activation: a pointwise one (not softmax).
-    seqlen_alpha: weights are `k_len ** -seqlen_alpha * h(q.k / sqrt(head_dim))`.
-    block_size: largest query and key block; lengths are split into equal blocks with the
-      least zero padding.
     mask: must be None.
-    dtype, precision, float32_scores: as in `attention.dot_product_attention`.
+    dtype: output dtype (default: the values' dtype).
   Returns:
     `[batch..., q_len, heads, v_dim]`.
   """
-  attention.AttentionOptions(activation=activation, seqlen_alpha=seqlen_alpha, impl="chunked",
-                             block_size=block_size)  # raises for bad values
+  options.require_impl("chunked")
   reject_mask("chunked", mask)
-  return run_blockwise(_blocked_attention, query, key, value, activation=activation,
-                       seqlen_alpha=seqlen_alpha, block_size=block_size, dtype=dtype,
-                       precision=precision, float32_scores=float32_scores)
+  return run_blockwise(_blocked_attention, options, query, key, value,
+                       default_block=DEFAULT_BLOCK, dtype=dtype)
 
 
-def seq_parallel_pointwise_attention(query: Array, key: Array, value: Array, *,
-                                     activation: str = "relu", seqlen_alpha: float = 1.0,
-                                     mesh: attention.Mesh | None = None,
-                                     seq_axis: str = "seq", block_size: int = 512,
-                                     mask: Array | None = None, dtype: Any = None,
-                                     precision: Any = None, float32_scores: bool = True
-                                     ) -> Array:
-  """Pointwise attention with the sequence split over the mesh axis `seq_axis` (ring attention).
+def seq_parallel_pointwise_attention(options: attention.AttentionOptions, query: Array,
+                                     key: Array, value: Array, *, mask: Array | None = None,
+                                     dtype: Any = None) -> Array:
+  """Pointwise attention with the sequence split over the mesh axis `options.seq_axis` (ring
+  attention).
 
   Inside a `shard_map` that is manual over `seq_axis` only (other axes, e.g. the batch's 'data',
   stay with the compiler), each device keeps its query shard; key/value shards travel around the
@@ -287,18 +279,18 @@ def seq_parallel_pointwise_attention(query: Array, key: Array, value: Array, *,
   the axis size (times the local block).
 
   Args:
-    query, key, value, activation, seqlen_alpha, block_size, mask, dtype, precision,
-      float32_scores: as in `chunked_pointwise_attention` (`[batch..., len, heads, d]`).
-    mesh: the device mesh; None takes the context mesh (`jax.set_mesh`).
-    seq_axis: the mesh axis the sequence is split over.
+    options: `AttentionOptions(impl='seq_parallel', ...)`: its `mesh` (None: the context mesh,
+      `jax.set_mesh`), `seq_axis` and `block_size` (the local blocks, default 512).
+    query, key, value, mask, dtype: as in `chunked_pointwise_attention` (`[batch..., len,
+      heads, d]`).
   Returns:
     `[batch..., q_len, heads, v_dim]`, sharded over `seq_axis` along q_len.
   """
-  mesh = jax.sharding.get_abstract_mesh() if mesh is None else mesh
-  attention.AttentionOptions(activation=activation, seqlen_alpha=seqlen_alpha,
-                             impl="seq_parallel", block_size=block_size, mesh=mesh,
-                             seq_axis=seq_axis)  # raises for bad values
+  options.require_impl("seq_parallel")
   reject_mask("seq_parallel", mask)
+  if options.mesh is None:  # the context mesh, known at trace time; validated against seq_axis
+    options = dataclasses.replace(options, mesh=jax.sharding.get_abstract_mesh())
+  mesh, seq_axis = options.mesh, options.seq_axis
   size = mesh.shape[seq_axis]
   sharded = P(None, seq_axis)  # [B, len, heads, d]: len split over the ring
 
@@ -307,6 +299,5 @@ def seq_parallel_pointwise_attention(query: Array, key: Array, value: Array, *,
                          in_specs=(sharded, sharded, sharded), out_specs=sharded,
                          axis_names={seq_axis})(q, k, v)
 
-  return run_blockwise(ring, query, key, value, parts=size, activation=activation,
-                       seqlen_alpha=seqlen_alpha, block_size=block_size, dtype=dtype,
-                       precision=precision, float32_scores=float32_scores)
+  return run_blockwise(ring, options, query, key, value, parts=size,
+                       default_block=DEFAULT_BLOCK, dtype=dtype)

@@ -1,8 +1,8 @@
-"""The flax multi-head attention layer of the ViT, running any of the four attention paths.
+"""The flax multi-head attention layer of the ViT, running any of the attention implementations.
 
 It sits above models/attention.py (the family, its options and the dense path), blockwise.py
-(chunked, seq_parallel) and pallas_attention.py, which build on attention.py's maths, so it
-lives in a module of its own.
+(chunked, seq_parallel), pallas_attention.py and cudnn_attention.py, which build on
+attention.py, so it lives in a module of its own.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from big_vision_relu.models import attention, blockwise, pallas_attention
+from big_vision_relu.models import attention, blockwise, cudnn_attention, pallas_attention
 from big_vision_relu.models.attention import AttentionOptions
 
 Array = jax.Array
@@ -36,22 +36,18 @@ def attend(options: AttentionOptions, query: Array, key: Array, value: Array, *,
            mask: Array | None = None, dtype: Any = None,
            module: nn.Module | None = None) -> Array:
   """q `[batch..., q_len, heads, d]`, k/v `[batch..., k_len, heads, d]` -> `[batch..., q_len,
-  heads, d]` with the activation and implementation of `options`.
+  heads, d]`: the implementation `options.impl` names, given `options` itself.
 
   `module` (dense only): sow the weights into its `intermediates/attention_weights`.
   """
-  common = dict(activation=options.activation, seqlen_alpha=options.seqlen_alpha, mask=mask,
-                dtype=dtype, float32_scores=options.float32_scores)
   if options.impl == "dense":
-    return attention.dot_product_attention(query, key, value, **common, module=module)
-  # None: the implementation's own default block size.
-  blocks = {} if options.block_size is None else dict(block_size=options.block_size)
-  if options.impl == "chunked":
-    return blockwise.chunked_pointwise_attention(query, key, value, **common, **blocks)
-  if options.impl == "pallas":
-    return pallas_attention.pallas_pointwise_attention(query, key, value, **common, **blocks)
-  return blockwise.seq_parallel_pointwise_attention(query, key, value, **common, **blocks,
-                                                    mesh=options.mesh, seq_axis=options.seq_axis)
+    return attention.dense_attention(options, query, key, value, mask=mask, dtype=dtype,
+                                     module=module)
+  implementation = {"chunked": blockwise.chunked_pointwise_attention,
+                    "seq_parallel": blockwise.seq_parallel_pointwise_attention,
+                    "pallas": pallas_attention.pallas_pointwise_attention,
+                    "cudnn": cudnn_attention.cudnn_softmax_attention}[options.impl]
+  return implementation(options, query, key, value, mask=mask, dtype=dtype)
 
 
 class MultiHeadDotProductAttention(nn.Module):

@@ -292,10 +292,11 @@ def Model(num_classes: int | None = None, *, variant: str | None = None,  # noqa
   dtype_mm; ours: flatten_tokens (see `_Model`), attention (softmax | relu | relu2 | gelu |
   softplus | identity | relu6 | sigmoid), seqlen_alpha, qk_norm, gated, gate_activation (none |
   silu | sigmoid),
-  attention_impl (dense | chunked | seq_parallel | pallas; the blockwise three for pointwise
-  attention only), attention_block_size (largest block of chunked, of seq_parallel's local
-  blocks, and of pallas's tiles, a power of two; None: the implementation's default, 512 for
-  chunked and seq_parallel, 128 for pallas),
+  attention_impl (dense | chunked | seq_parallel | pallas | cudnn; the blockwise three for
+  pointwise attention only, cudnn for softmax on a GPU), attention_block_size (largest block of
+  chunked, of seq_parallel's local blocks, and of pallas's tiles, a power of two; None: the
+  implementation's default, 512 for chunked and seq_parallel, for pallas 128 on a GPU and 512
+  on a TPU),
   mesh and seq_axis (seq_parallel splits the sequence over the mesh axis seq_axis, 'seq' by
   default; mesh is a Mesh or config.mesh-style axes such as [('data', 2), ('seq', 4)], None =
   the context mesh of jax.set_mesh), sow_attention_weights (inspection: see `_Model`; dense

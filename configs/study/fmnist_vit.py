@@ -28,6 +28,9 @@ Arguments (`fmnist_vit.py:key=value,...`):
   eval_points evaluations of `test` (and `val`) per run, evenly spaced (plus the first and
               last step)                                                                (8)
   runlocal    a few-step smoke run on slices of the data (used by the tests)        (False)
+  input       tfds | memory: the input pipeline (config.input.pipeline); memory reads the
+              IDX files into arrays and augments in JAX on the device, no TensorFlow
+              (docs/gpu.md); same quality, another data order (docs/benchmarks.md)  (tfds)
 
 Sizes keep the head dimension at 32 and grow in width (depth 4, MLP 4x width):
   Ti: width 64, 2 heads (the main model);  S: 96, 3 heads;  B: 128, 4 heads.
@@ -59,7 +62,8 @@ VALIDATION_SEED = 0  # the validation split's own seed: the same split for every
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   arg = parse_arg(arg, size="Ti", patch=2, attention="relu", alpha=1.0, qk_norm=True,
                   gated=False, epochs=EPOCHS, seed=0, runlocal=False, dtype_mm="float32",
-                  batch=BATCH, lr=1e-3, flatten_tokens=True, validation=0, eval_points=8)
+                  batch=BATCH, lr=1e-3, flatten_tokens=True, validation=0, eval_points=8,
+                  input="tfds")
   if arg.size not in SIZES:
     raise ValueError(f"size={arg.size!r}: expected one of {', '.join(SIZES)}.")
   if 28 % arg.patch:
@@ -77,6 +81,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.input = dict(data=dict(train_data, holdout=dict(holdout, part="rest")) if holdout
                       else train_data,
                       batch_size=arg.batch if not arg.runlocal else 16, pp=TRAIN_PP)
+  if arg.input != "tfds":  # unset for tfds: the study's workdirs hold configs without the key
+    config.input.pipeline = arg.input
   config.num_classes = 10
   config.model = dict(
       patch_size=(arg.patch, arg.patch), width=width, depth=4, mlp_dim=4 * width,

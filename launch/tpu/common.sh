@@ -10,7 +10,7 @@
 #   PROJECT      Google Cloud project id
 #   ZONE         zone of the TPU VM, e.g. europe-west4-a
 #   BUCKET       GCS bucket for datasets and runs, `my-bucket` or `gs://my-bucket`
-#   TPU_TYPE     accelerator type, e.g. v3-32 (4 hosts) or v3-8 (1 host)
+#   TPU_TYPE     accelerator type, e.g. v6e-16 (4 hosts), v6e-8 (1 host), v5litepod-16, v3-32
 #   TPU_VERSION  TPU software (runtime) version (default: RUNTIME_VERSION's entry for the
 #                TPU_TYPE's generation, below)
 #   QUEUED=1     create / delete / describe through a queued resource (default: a plain TPU VM)
@@ -22,7 +22,8 @@
 #
 # data.sh runs on a CPU VM of its own (never on the TPU): DATA_VM (default relu-vit-data),
 # DATA_MACHINE_TYPE (default n2-standard-32), DATA_DISK_GB (default 2000), DATA_MAX_HOURS
-# (default 72), DATA_SERVICE_ACCOUNT (default: the project's Compute Engine default account).
+# (default 72), DATA_SERVICE_ACCOUNT (default: the project's Compute Engine default account),
+# DATA_PROGRESS_SECONDS (default 600: how often data.log gets each build's progress).
 #
 # Layout on the workers: the code in ~/big_vision_relu (venv in ~/big_vision_relu/.venv),
 # logs in ~/logs/NAME.log, sweep loop scripts in ~/sweeps/. In the bucket: datasets in
@@ -59,10 +60,10 @@ BUCKET="${BUCKET%/}"
 declare -A VAR_HELP=(
   [TPU_NAME]="name of the TPU VM (with QUEUED=1 also the queued resource's name)|relu-vit"
   [PROJECT]="Google Cloud project id|my-project"
-  [ZONE]="zone of the TPU VM (v3: europe-west4-a, us-central1-a; v4: us-central2-b)|europe-west4-a"
+  [ZONE]="zone of the TPU VM, one that offers TPU_TYPE (cloud.google.com/tpu/docs/regions-zones)|europe-west4-a"
   [BUCKET]="GCS bucket for datasets and runs, ideally in the TPU's region|my-bucket"
-  [TPU_TYPE]="accelerator type: v3-32 is a pod slice of 4 hosts, v3-8 a single host|v3-32"
-  [MANUAL_DIR]="imagenet21k is a manual download (fall11_whole.tar from image-net.org, after accepting its terms); this is the directory (gs://... or on worker 0) of its unpacked per-synset tars n*.tar (tar xf fall11_whole.tar -C DIR)|gs://my-bucket/imagenet21k_tars"
+  [TPU_TYPE]="accelerator type: v6e-16 is a pod slice of 4 hosts (16 chips), v6e-8 a single host; v5litepod-N, v5p-N, v4-N, v3-N too|v6e-16"
+  [MANUAL_DIR]="imagenet21k is a manual download (image-net.org, after accepting its terms: winter21_whole.tar.gz today, or the paper's fall11_whole.tar if you have it); this is the directory (gs://...) of the release's unpacked per-synset tars n*.tar (tar xzf winter21_whole.tar.gz, or tar xf fall11_whole.tar -C DIR), one release per directory|gs://my-bucket/imagenet21k_winter2021_tars"
   [IMAGENET2012_MANUAL_DIR]="imagenet2012 is a manual download too (image-net.org, after accepting its terms; TFDS cannot fetch it); this is the directory (gs://... or on worker 0) holding ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar|gs://my-bucket/imagenet2012_tars"
   [CARS196_MANUAL_DIR]="cars196's download is gone (tensorflow/datasets#5053); this is the directory (gs://...) holding car_devkit.tgz cars_train.tgz cars_test.tgz cars_test_annos_withlabels.mat, checked by sha256 (where to get them: python -m big_vision_relu.data.prepare --datasets=cars196)|gs://my-bucket/cars196_files"
 )
@@ -171,8 +172,10 @@ validate_var() {  # validate_var NAME: a clear error now rather than a confusing
     DATA_VM)
       [[ ${value} =~ ^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$ ]] ||
         die "DATA_VM='${value}': use lowercase letters, digits and hyphens, starting with a letter" ;;
-    DATA_DISK_GB|DATA_MAX_HOURS)
-      [[ ${value} =~ ^[1-9][0-9]*$ ]] || die "$1='${value}' is not a whole number" ;;
+    DATA_DISK_GB|DATA_MAX_HOURS|DATA_PROGRESS_SECONDS|SWEEP_MAX_ATTEMPTS|LOG_SYNC_SECONDS|QUEUED_POLL_SECONDS)
+      [[ ${value} =~ ^[1-9][0-9]*$ ]] || die "$1='${value}' is not a whole number >= 1" ;;
+    SWEEP_RETRY_SECONDS|QUEUED_TIMEOUT_MINUTES)
+      [[ ${value} =~ ^[0-9]+$ ]] || die "$1='${value}' is not a whole number" ;;
     DATA_MACHINE_TYPE)
       [[ ${value} =~ ^[a-z][a-z0-9]*-[a-z0-9-]+$ ]] ||
         die "DATA_MACHINE_TYPE='${value}' is not a machine type (e.g. n2-standard-32)" ;;
@@ -227,6 +230,32 @@ tpu_ssh() {  # tpu_ssh WORKER COMMAND: runs COMMAND (one shell line) on worker W
 tpu_scp() {  # tpu_scp LOCAL_FILE REMOTE_PATH WORKER: copies to the home dir of the worker(s)
   run_cmd gcloud compute tpus tpu-vm scp "$1" "${VM:-${TPU_NAME}}:$2" "--worker=$3" \
     "--zone=${ZONE}" "--project=${PROJECT}"
+}
+
+# The trainer's exit statuses that mean "re-run to resume" (big_vision_relu/train.py's docstring;
+# tests/test_launch_tpu.py checks them against the Python constants): a lost peer
+# (multihost.PEER_LOST_EXIT_CODE) and a preemption notice, saved, not finished
+# (preemption.PREEMPTED_EXIT_CODE).
+# shellcheck disable=SC2034  # used by sweep.sh
+PEER_LOST=75
+# shellcheck disable=SC2034
+PREEMPTED=79
+
+# Worker logs are copied to gs://$BUCKET/logs/<TPU VM>/worker<N>/<name>.log every
+# LOG_SYNC_SECONDS (default 60) while their job runs, and once more when it ends, so that they
+# outlive a preempted VM (logs.sh reads them there once the VM is gone).
+LOG_SYNC_SECONDS="${LOG_SYNC_SECONDS:-60}"
+gcs_logs_dir() { printf 'gs://%s/logs/%s\n' "${BUCKET}" "${VM:-${TPU_NAME}}"; }
+
+# log_sync NAME: remote shell words that start, on each worker, a background copier of
+# ~/logs/NAME.log for the job whose pid is in $! (call it right after starting the job with &).
+# The worker number comes from the VM's metadata server (agent-worker-number), else hostname.
+# shellcheck disable=SC2016  # expanded by the workers' bash -c
+LOG_SYNC_LOOP='w=$(curl -sf -m 5 -H Metadata-Flavor:Google http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number || hostname); while :; do gcloud storage cp --quiet "$HOME/logs/$1.log" "$2/worker$w/$1.log" > /dev/null 2>&1; kill -0 "$3" 2> /dev/null || break; sleep "$4"; done'
+log_sync() {
+  printf 'job=$!; nohup bash -c %s log-sync %s %s "$job" %s > /dev/null 2>&1 < /dev/null & ' \
+    "$(shell_quote "${LOG_SYNC_LOOP}")" "$(shell_quote "$1")" "$(gcs_logs_dir)" \
+    "${LOG_SYNC_SECONDS}"
 }
 
 # What runs on the workers, as `pgrep -f` patterns: a trainer, and a sweep loop script. They

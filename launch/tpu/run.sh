@@ -12,6 +12,8 @@
 #     .venv/bin/python -m big_vision_relu.train --config CONFIG[:ARGS]
 #     --workdir gs://$BUCKET/runs/RUN_NAME --multihost|--nomultihost [TRAIN_FLAGS...]
 #     >> ~/logs/RUN_NAME.log 2>&1 &
+#   and a copier of that log to gs://$BUCKET/logs/$TPU_NAME/worker<N>/RUN_NAME.log (every
+#   LOG_SYNC_SECONDS, 60, while the trainer runs; logs.sh reads it there once the VM is gone)
 # --multihost on a TPU_TYPE of several hosts (every worker calls jax.distributed.initialize(),
 # which finds the others), --nomultihost on one host (never initialises).
 # One workdir shared by all workers (process 0 writes it). Re-running the same command resumes
@@ -32,6 +34,7 @@ run_name="${POSITIONAL[1]}"
 [[ ${run_name} =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] ||
   usage_error "RUN_NAME '${run_name}': use letters, digits, '.', '_' and '-' (it names the workdir and the log)"
 require TPU_NAME PROJECT ZONE BUCKET TPU_TYPE
+validate_var LOG_SYNC_SECONDS
 multihost="$(multihost_flag "${TPU_TYPE}")"
 need_gcloud
 
@@ -40,6 +43,6 @@ workdir="$(gcs_runs_dir)/${run_name}"
 log="~/logs/${run_name}.log"
 train=(.venv/bin/python -m big_vision_relu.train --config "${config}" --workdir "${workdir}"
        "${multihost}" "${PASSTHROUGH[@]}")
-remote_command="set -e; mkdir -p ~/logs; cd ${REMOTE_DIR}; ${REMOTE_BUSY_CHECK}; TFDS_DATA_DIR=$(gcs_data_dir) nohup $(shell_quote "${train[@]}") >> ${log} 2>&1 < /dev/null & echo \"\$(hostname): started ${run_name}, log ${log}\""
+remote_command="set -e; mkdir -p ~/logs; cd ${REMOTE_DIR}; ${REMOTE_BUSY_CHECK}; TFDS_DATA_DIR=$(gcs_data_dir) nohup $(shell_quote "${train[@]}") >> ${log} 2>&1 < /dev/null & $(log_sync "${run_name}")echo \"\$(hostname): started ${run_name}, log ${log}, copied to $(gcs_logs_dir)/worker<N>/\""
 tpu_ssh all "${remote_command}"
 note "Follow it: bash launch/tpu/logs.sh ${run_name}    Results: ${workdir}"

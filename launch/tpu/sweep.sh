@@ -24,7 +24,12 @@
 # Restart-safe: the trainer resumes an unfinished run from its checkpoint and exits at once for
 # a finished one, so re-running this command (e.g. after a preemption, on a new VM) continues
 # the sweep where it stopped. A failed run (e.g. a non-finite loss) is logged and the loop goes
-# on. It refuses to start on a VM that is already training (launch/tpu/stop.sh stops that).
+# on. A run that exits 75 (a lost peer) or 79 (preempted: saved, not finished) is started again
+# after SWEEP_RETRY_SECONDS (30), up to SWEEP_MAX_ATTEMPTS (3) attempts in all; only a run that
+# exits 0 counts as done (the last log line: done / stopped / failed runs; the loop script's
+# status is 0 only if all are done). launch/tpu/stop.sh stops the loop too (no retry, no next
+# run). Each worker's log is copied to gs://$BUCKET/logs/<VM>/worker<N>/<sweep>.log as it grows.
+# It refuses to start on a VM that is already training (launch/tpu/stop.sh stops that).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OPTIONS=(--vms=)
@@ -53,6 +58,9 @@ else
   vms=("${TPU_NAME}")
 fi
 multihost="$(multihost_flag "${TPU_TYPE}")"
+SWEEP_MAX_ATTEMPTS="${SWEEP_MAX_ATTEMPTS:-3}"
+SWEEP_RETRY_SECONDS="${SWEEP_RETRY_SECONDS:-30}"
+for var in SWEEP_MAX_ATTEMPTS SWEEP_RETRY_SECONDS LOG_SYNC_SECONDS; do validate_var "${var}"; done
 need_gcloud
 
 # The runs: "<id>\t<config>" lines.
@@ -94,26 +102,45 @@ for ((v = 0; v < n_vms; v++)); do
 # Sweep ${sweep} on TPU VM ${VM}: ${#mine[@]} of the ${#ids[@]} runs of ${sweep_file#"${REPO_DIR}"/},
 # one after another. Written by launch/tpu/sweep.sh; every worker runs this same sequence.
 # Restart-safe: a finished run exits at once, an unfinished one resumes from its checkpoint.
+# A run that exits ${PEER_LOST} (a lost peer) or ${PREEMPTED} (preempted: saved, not finished) is
+# started again (it resumes), ${SWEEP_MAX_ATTEMPTS} attempts in all; only exit 0 counts as done.
+# SIGTERM (launch/tpu/stop.sh) lets the running trainer save and starts nothing more.
 main() {
   cd ${REMOTE_DIR} || exit 1
   export TFDS_DATA_DIR=${data_dir}
-  local failed=()
+  local finished=() stopped=() failed=() stopping=0
+  trap 'stopping=1' TERM
   run() {  # run RUN_ID CONFIG WORKDIR
-    echo \"== \$(date -u +%FT%TZ) start \$1: --config \$2 --workdir \$3\"
-    if .venv/bin/python -m big_vision_relu.train --config \"\$2\" --workdir \"\$3\" ${multihost}; then
-      echo \"== \$(date -u +%FT%TZ) end \$1 (exit 0)\"
-    else
-      local rc=\$?
-      echo \"== \$(date -u +%FT%TZ) FAILED \$1 (exit \$rc)\"
-      failed+=(\"\$1\")
-    fi
+    local attempt rc
+    for ((attempt = 1; ; attempt++)); do
+      ((stopping)) && { stopped+=(\"\$1\"); return; }
+      echo \"== \$(date -u +%FT%TZ) start \$1 (attempt \$attempt of ${SWEEP_MAX_ATTEMPTS}): --config \$2 --workdir \$3\"
+      rc=0
+      .venv/bin/python -m big_vision_relu.train --config \"\$2\" --workdir \"\$3\" ${multihost} || rc=\$?
+      if ((rc == 0)); then
+        echo \"== \$(date -u +%FT%TZ) end \$1 (exit 0)\"
+        finished+=(\"\$1\")
+        return
+      elif ((rc != ${PEER_LOST} && rc != ${PREEMPTED})); then
+        echo \"== \$(date -u +%FT%TZ) FAILED \$1 (exit \$rc)\"
+        failed+=(\"\$1\")
+        return
+      elif ((stopping || attempt >= ${SWEEP_MAX_ATTEMPTS})); then
+        echo \"== \$(date -u +%FT%TZ) STOPPED \$1 (exit \$rc, attempt \$attempt): saved, not finished; re-running the sweep resumes it\"
+        stopped+=(\"\$1\")
+        return
+      fi
+      echo \"== \$(date -u +%FT%TZ) RETRY \$1 (exit \$rc: \$( ((rc == ${PEER_LOST})) && echo 'a lost peer' || echo 'preempted')) in ${SWEEP_RETRY_SECONDS} s\"
+      sleep ${SWEEP_RETRY_SECONDS} & wait \$!
+    done
   }"
   for i in "${mine[@]}"; do
     script+="
   run $(shell_quote "${ids[i]}" "${configs[i]}" "${root}/${ids[i]}")"
   done
   script+="
-  echo \"== \$(date -u +%FT%TZ) sweep ${sweep} on ${VM}: ${#mine[@]} runs, \${#failed[@]} failed \${failed[*]}\"
+  echo \"== \$(date -u +%FT%TZ) sweep ${sweep} on ${VM}: ${#mine[@]} runs, \${#finished[@]} done; stopped: \${stopped[*]:-none}; failed: \${failed[*]:-none}\"
+  ((\${#finished[@]} == ${#mine[@]}))
 }
 main \"\$@\"
 exit
@@ -126,7 +153,7 @@ exit
   else
     printf '%s' "${script}" > "${local_script}"
   fi
-  remote_command="set -e; mkdir -p ~/logs ~/sweeps; ${REMOTE_BUSY_CHECK}; mv -f ~/${remote_new} ~/sweeps/${sweep}.sh; nohup bash ~/sweeps/${sweep}.sh >> ~/logs/${sweep}.log 2>&1 < /dev/null & echo \"\$(hostname): started sweep ${sweep} (${#mine[@]} runs), log ~/logs/${sweep}.log\""
+  remote_command="set -e; mkdir -p ~/logs ~/sweeps; ${REMOTE_BUSY_CHECK}; mv -f ~/${remote_new} ~/sweeps/${sweep}.sh; nohup bash ~/sweeps/${sweep}.sh >> ~/logs/${sweep}.log 2>&1 < /dev/null & $(log_sync "${sweep}")echo \"\$(hostname): started sweep ${sweep} (${#mine[@]} runs), log ~/logs/${sweep}.log, copied to $(gcs_logs_dir)/worker<N>/\""
   # A VM that fails (not set up, busy, unreachable) does not keep the others from starting.
   if ! { tpu_scp "${local_script}" "${remote_new}" all && tpu_ssh all "${remote_command}"; }; then
     failed_vms+=("${VM}")

@@ -8,16 +8,9 @@ a pure function of (pp string, example, `_rng`): no hidden state, no dependence 
 import tensorflow as tf
 
 from big_vision_relu.data.pp.registry import Example
+from big_vision_relu.data.pp_base import as_size, get_key  # noqa: F401  (the ops' helpers)
 
 RNG_KEY = "_rng"
-
-
-def get_key(example: Example, key: str, op_name: str) -> tf.Tensor:
-  """`example[key]`, or ValueError naming the op and the keys that exist."""
-  if key not in example:
-    raise ValueError(f"pp op {op_name} reads key {key!r}, but the example only has "
-                     f"{sorted(example)}; pass key=... or fix the op order")
-  return example[key]
 
 
 def take_seed(example: Example, op_name: str) -> tuple[Example, tf.Tensor]:
@@ -29,12 +22,3 @@ def take_seed(example: Example, op_name: str) -> tuple[Example, tf.Tensor]:
         "random ops out of eval pp strings.")
   seeds = tf.random.experimental.stateless_split(tf.cast(example[RNG_KEY], tf.int64), num=2)
   return {**example, RNG_KEY: seeds[0]}, seeds[1]
-
-
-def as_size(size: int | tuple[int, int] | list[int], op_name: str) -> tuple[int, int]:
-  """An int or (height, width) pair -> (height, width) of positive ints."""
-  pair = (size, size) if isinstance(size, int) else tuple(size)
-  if len(pair) != 2 or not all(isinstance(s, int) and s > 0 for s in pair):
-    raise ValueError(f"pp op {op_name}: size must be a positive int or (height, width), "
-                     f"got {size!r}")
-  return pair

@@ -1,6 +1,7 @@
 """Non-image pp ops: one-hot labels and choosing which keys an example keeps."""
 import tensorflow as tf
 
+from big_vision_relu.data import pp_base
 from big_vision_relu.data.pp.common import get_key
 from big_vision_relu.data.pp.registry import Example, PPFn, register
 
@@ -29,30 +30,15 @@ def get_onehot(depth: int, key: str = "label", key_result: str = "labels", multi
   return apply
 
 
-def _check_keys(op_name: str, keys: tuple[str, ...]) -> None:
-  if not keys or not all(isinstance(k, str) for k in keys):
-    raise ValueError(f"{op_name} needs one or more key names as strings, got {keys!r}")
-
-
 @register("keep")
 def get_keep(*keys: str) -> PPFn:
   """Keeps only `keys` (each must exist), plus pipeline keys starting with '_' (e.g. '_rng')."""
-  _check_keys("keep", keys)
-
-  def apply(example: Example) -> Example:
-    for k in keys:
-      get_key(example, k, "keep")
-    return {k: v for k, v in example.items() if k in keys or k.startswith("_")}
-  return apply
+  pp_base.check_keys("keep", keys)
+  return lambda example: pp_base.keep(example, keys)
 
 
 @register("drop")
 def get_drop(*keys: str) -> PPFn:
   """Removes `keys` (each must exist)."""
-  _check_keys("drop", keys)
-
-  def apply(example: Example) -> Example:
-    for k in keys:
-      get_key(example, k, "drop")
-    return {k: v for k, v in example.items() if k not in keys}
-  return apply
+  pp_base.check_keys("drop", keys)
+  return lambda example: pp_base.drop(example, keys)
