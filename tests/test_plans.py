@@ -53,6 +53,19 @@ def test_every_archived_run_is_planned_and_its_links_name_a_sweep_of_the_study(n
     assert json.loads((archive / "study.json").read_text())["plan"] == name
 
 
+def test_the_running_studys_archive_holds_only_its_planned_runs():
+  """results/alpha_length is being trained: what it holds so far, archived or parked, is
+  planned, and its links name its sweep."""
+  plan, archive = plans.load("alpha_length"), ROOT / "results" / "alpha_length"
+  planned = {item.run.run_id for item in plan.runs()}
+  held = [p.name for d in ("runs", "parked") if (archive / d).is_dir()
+          for p in (archive / d).iterdir()]
+  assert set(held) <= planned
+  for link in (p for p in archive.glob("*/*") if p.is_symlink()):
+    assert link.parent.name in plan.sweeps and link.name in planned, link
+  assert json.loads((archive / "study.json").read_text())["plan"] == "alpha_length"
+
+
 @pytest.mark.parametrize("name", sorted(SWEEP_DIRS))
 def test_the_sweep_files_list_their_studys_sweeps(name):
   plan = plans.load(name)
