@@ -232,6 +232,19 @@ class Checkpointer:
     self.close()
 
 
+def _step_path(step_dir: epath.PathLike) -> epath.Path:
+  """A step directory as orbax wants it: local paths absolute, gs:// ones as they are."""
+  path = epath.Path(step_dir)
+  return path if "://" in str(path) else path.absolute()
+
+
+def _read_only(state_handler: ocp.CheckpointHandler) -> ocp.Checkpointer:
+  """A checkpointer for one step's two items (so that orbax knows the layout and does not warn
+  about it), the state read with `state_handler`."""
+  return ocp.Checkpointer(ocp.CompositeCheckpointHandler(state=state_handler,
+                                                         extra=ocp.JsonCheckpointHandler()))
+
+
 def read_state(step_dir: epath.PathLike, sharding: jax.sharding.Sharding) -> Any:
   """The `state` saved in one step directory `<directory>/<step>`, read-only.
 
@@ -240,14 +253,8 @@ def read_state(step_dir: epath.PathLike, sharding: jax.sharding.Sharding) -> Any
   the model nor the optimizer is needed, whatever mesh wrote it. Raises ValueError or OSError
   if the step cannot be read; nothing on disk is changed.
   """
-  path = epath.Path(step_dir)
-  if "://" not in str(path):  # orbax wants local paths absolute; gs:// ones stay as they are
-    path = path.absolute()
-  # Handlers for both items, so that orbax knows the layout (and does not warn about it).
-  handler = ocp.CompositeCheckpointHandler(
-    state=ocp.StandardCheckpointHandler(), extra=ocp.JsonCheckpointHandler()
-  )
-  with ocp.Checkpointer(handler) as checkpointer:
+  path = _step_path(step_dir)
+  with _read_only(ocp.StandardCheckpointHandler()) as checkpointer:
     metadata = checkpointer.metadata(path).item_metadata
     if metadata is None or metadata.get("state") is None:
       raise ValueError(f"{path} is not a checkpoint step with a 'state' item.")
@@ -269,13 +276,8 @@ def read_params(step_dir: epath.PathLike, shardings: Callable[[Any], Any]) -> An
   of `jax.ShapeDtypeStruct`s (e.g. sharding.tree_shardings with the run's strategy), so no model
   or optimizer is needed. Raises ValueError or OSError if the step cannot be read.
   """
-  path = epath.Path(step_dir)
-  if "://" not in str(path):  # orbax wants local paths absolute; gs:// ones stay as they are
-    path = path.absolute()
-  handler = ocp.CompositeCheckpointHandler(
-    state=ocp.PyTreeCheckpointHandler(), extra=ocp.JsonCheckpointHandler()
-  )
-  with ocp.Checkpointer(handler) as checkpointer:
+  path = _step_path(step_dir)
+  with _read_only(ocp.PyTreeCheckpointHandler()) as checkpointer:
     metadata = checkpointer.metadata(path).item_metadata
     if metadata is None or metadata.get("state") is None or "params" not in metadata["state"]:
       raise ValueError(f"{path} is not a checkpoint step with a 'state' item holding 'params'.")
