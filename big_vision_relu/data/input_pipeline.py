@@ -255,10 +255,14 @@ def eval_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *,
   real = read(tf.data.Dataset.range(start, stop))
   # Padding copies the shapes of the split's first example (known also to processes whose
   # share is empty), zeroed; one extra read per pass, and no need for static pp shapes.
-  padding = read(tf.data.Dataset.range(1)).flat_map(
-      lambda example: tf.data.Dataset.from_tensors(
-          {**tf.nest.map_structure(tf.zeros_like, example), MASK_KEY: False, RECORD_KEY: -1}
-      ).repeat(num_padding))
+  # Not converted by autograph (no Python control flow here): its re-parse of a lambda in
+  # this place once lost the closure (NameError: 'num_padding', both processes of a job).
+  @tf.autograph.experimental.do_not_convert
+  def zero_copies(example: dict) -> tf.data.Dataset:
+    zeros = {**tf.nest.map_structure(tf.zeros_like, example), MASK_KEY: False, RECORD_KEY: -1}
+    return tf.data.Dataset.from_tensors(zeros).repeat(num_padding)
+
+  padding = read(tf.data.Dataset.range(1)).flat_map(zero_copies)
   real = real.map(lambda example: {**example, MASK_KEY: True})
   ds = real.concatenate(padding).batch(host_batch, drop_remainder=True).prefetch(prefetch)
   return Batches(ds)
