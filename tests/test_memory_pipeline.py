@@ -159,3 +159,33 @@ def test_the_training_pp_makes_what_the_step_reads():
     inputs.training_image_shape(config, 0, process_index=0, process_count=1)
   config["pp"] = 'resize(16)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
   assert inputs.training_image_shape(config, 0, process_index=0, process_count=1) == (16, 16, 1)
+
+
+STUDY_CROP_PP = ('decode(channels=1)|inception_crop(28, area_min=50)|flip_lr|value_range(-1, 1)|'
+                 'onehot(10)|keep("image", "labels")')  # configs/study/fmnist_vit.py's, cropping
+
+
+def test_the_study_crop_pp_batches_as_the_tfds_path_and_by_position(offline_data_dir):
+  config = dict(pipeline="memory", data=dict(name="mnist5k", split="train"), batch_size=16,
+                pp=STUDY_CROP_PP, prefetch=1)
+  kw = dict(seed=3, process_index=0, process_count=1)
+  step = jax.jit(inputs.step_preprocess_fn(config, 3))
+  raw = next(inputs.training_batches(config, start_step=5, **kw))
+  got = {k: np.asarray(v) for k, v in step(raw).items()}
+  tfds_config = dict(config, pipeline="tfds", data=dict(config["data"], data_dir=offline_data_dir))
+  tfds_batches = inputs.training_batches(tfds_config, start_step=5, **kw)
+  want = next(tfds_batches)
+  tfds_batches.close()
+  assert {k: (v.shape, v.dtype) for k, v in got.items()} == {
+      k: (v.shape, v.dtype) for k, v in want.items()} == {
+      "image": ((16, 28, 28, 1), np.float32), "labels": ((16, 10), np.float32)}
+  np.testing.assert_array_equal(got["labels"].argmax(1), raw["label"])
+  # Cropped: mostly not the (flipped) image itself (a box spans it 1 time in 20). A pure
+  # function of (seed, position): the batch of the reversed rows (their positions with them) is
+  # the reversed batch. (Resumed runs read the same raw batches:
+  # test_training_order_resumes_exactly_and_splits_over_processes.)
+  plain = raw["image"].astype(np.float32) / 127.5 - 1
+  assert sum(np.allclose(g, p, atol=1e-5) or np.allclose(g, p[:, ::-1], atol=1e-5)
+             for g, p in zip(got["image"], plain)) < 4
+  reversed_rows = {k: v[::-1] for k, v in raw.items()}
+  np.testing.assert_array_equal(np.asarray(step(reversed_rows)["image"])[::-1], got["image"])

@@ -8,6 +8,9 @@ only sets the number of channels. Ops are written for one example and vmapped ov
   decode(channels=3)          0: as stored; 1 or 3: keep, or grey -> RGB (decode's other
                               arguments mean nothing for decoded images and are ignored)
   resize(size, method='bilinear', antialias=False)    bilinear only
+  inception_crop(size, area_min=5, area_max=100, method='bilinear', antialias=False)
+                              size required (the tf.data op's None, no resize, gives a shape
+                              per example); bilinear only
   central_crop(crop_size=None), random_crop(crop_size), flip_lr
   value_range(vmin=-1, vmax=1, in_min=0, in_max=255, clip_values=False)
   onehot(depth, key='label', key_result='labels', multi=True, on=1, off=0), keep(*keys),
@@ -15,11 +18,17 @@ only sets the number of channels. Ops are written for one example and vmapped ov
 every image op with `key='image'`, as in `pp/`. Resizing keeps the dtype (clip, then truncate),
 as there. Any other op raises ValueError naming these (use input.pipeline='tfds' for it).
 
-Randomness: the random ops (`random_crop`, `flip_lr`) of an example draw from its key, which
-`example_keys(seed, positions)` makes from the run's seed and the example's global position in
-the data stream: fold_in(fold_in(fold_in(key(seed), 1), position_hi), position_lo), op number i
-of the pp string folding in i. So an augmented example is a pure function of (seed, position),
-as on the tf.data path (its per-example `_rng`), though the random numbers differ.
+inception_crop: TF's box distribution (`_sample_box`), then the box resized in one step of
+static shape (`crop_and_resize`): tf.image.resize of the box to float32 rounding. As uint8,
+1.5% of the pixels (tests/test_jax_inception_crop.py) are one level off TF's: those whose exact
+value is an integer, which float32 error in either resize puts just below it or not.
+
+Randomness: the random ops (`inception_crop`, `random_crop`, `flip_lr`) of an example draw from
+its key, which `example_keys(seed, positions)` makes from the run's seed and the example's
+global position in the data stream: fold_in(fold_in(fold_in(key(seed), 1), position_hi),
+position_lo), op number i of the pp string folding in i. So an augmented example is a pure
+function of (seed, position), as on the tf.data path (its per-example `_rng`), though the random
+numbers differ.
 """
 from __future__ import annotations
 
@@ -35,6 +44,9 @@ from big_vision_relu.data import pp_base
 
 Example = dict[str, jax.Array]
 _AUGMENT_STREAM = 1  # folded into the seed, as input_pipeline's augmentation stream
+# inception_crop's boxes: pp/ops_image's aspect ratios (w / h), TF's default number of attempts.
+_CROP_RATIOS = (0.75, 1.33)
+_CROP_ATTEMPTS = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +63,20 @@ def _register(name: str):
     _OPS[name] = factory
     return factory
   return decorator
+
+
+def _as_dtype(resized: jax.Array, dtype: jnp.dtype) -> jax.Array:
+  """A float32 resized image back in its input dtype, as pp/ops_image's `_resize`: clipped to
+  an integer dtype's range, then truncated."""
+  if jnp.issubdtype(dtype, jnp.integer):
+    resized = jnp.clip(resized, jnp.iinfo(dtype).min, jnp.iinfo(dtype).max)
+  return resized.astype(dtype)
+
+
+def _check_bilinear(method: str, op_name: str) -> None:
+  if method != "bilinear":
+    raise ValueError(f"{op_name}: the in-memory pipeline resizes with method='bilinear' only, "
+                     f"got {method!r}.")
 
 
 def _check_fits(image: jax.Array, size: tuple[int, int], op_name: str) -> None:
@@ -80,18 +106,13 @@ def _decode(channels: int = 3, precise: bool = False, *, key: str = "image") -> 
 def _resize(size: int | tuple[int, int], method: str = "bilinear", antialias: bool = False, *,
             key: str = "image") -> _Op:
   height, width = pp_base.as_size(size, "resize")
-  if method != "bilinear":
-    raise ValueError(f"resize: the in-memory pipeline resizes with method='bilinear' only, "
-                     f"got {method!r}.")
+  _check_bilinear(method, "resize")
 
   def apply(example: Example) -> Example:
     image = pp_base.get_key(example, key, "resize")
     resized = jax.image.resize(image.astype(jnp.float32), (height, width, image.shape[-1]),
                                "bilinear", antialias=antialias)
-    info = jnp.iinfo(image.dtype) if jnp.issubdtype(image.dtype, jnp.integer) else None
-    if info is not None:  # as tf.image.resize + clip + cast: truncates
-      resized = jnp.clip(resized, info.min, info.max)
-    return {**example, key: resized.astype(image.dtype)}
+    return {**example, key: _as_dtype(resized, image.dtype)}
   return _Op(apply)
 
 
@@ -120,6 +141,99 @@ def _random_crop(crop_size: int | tuple[int, int], *, key: str = "image") -> _Op
     left = jax.random.randint(rng_left, (), 0, image.shape[1] - crop_w + 1)
     crop = jax.lax.dynamic_slice(image, (top, left, 0), (crop_h, crop_w, image.shape[2]))
     return {**example, key: crop}
+  return _Op(apply, random=True)
+
+
+def _sample_box(rng: jax.Array, height: int, width: int, area_min: float, area_max: float
+                ) -> jax.Array:
+  """An inception crop's box of a [height, width] image: int32 [4] (top, left, box height,
+  box width), as TF's `sample_distorted_bounding_box` draws it (pp/ops_image's `_crop_box`).
+
+  TF tries up to 100 (aspect ratio, height, offset) draws one after the other and keeps the
+  first valid box, else the whole image. Here the 100 candidates are drawn at once and the first
+  valid one taken: the same distribution, a static shape. Per candidate, as TF's
+  GenerateRandomCrop (float32, round half to even as its lrintf): aspect ratio r = w / h
+  uniform in [0.75, 1.33); h uniform in [round(sqrt(min_area / r)), round(sqrt(max_area / r))],
+  capped so round(h * r) <= width and h <= height; w = round(h * r); h one up if the area falls
+  short, one down if it overshoots; valid if min_area <= h * w <= max_area and the box fits.
+  Its top is uniform in [0, height - h), its left in [0, width - w) (TF's bounds: a box never
+  touches the bottom or right edge unless it spans the image).
+  """
+  u_ratio, u_height, u_top, u_left = jax.random.uniform(rng, (4, _CROP_ATTEMPTS))
+  min_area = np.float32(area_min / 100) * np.float32(width) * np.float32(height)
+  max_area = np.float32(area_max / 100) * np.float32(width) * np.float32(height)
+  ratio_min, ratio_max = np.float32(_CROP_RATIOS)
+  ratio = u_ratio * (ratio_max - ratio_min) + ratio_min
+  lo = jnp.round(jnp.sqrt(min_area / ratio))
+  hi = jnp.round(jnp.sqrt(max_area / ratio))
+  # The tallest box whose rounded width fits (TF divides in double, width + 0.5 - 1e-7).
+  fit = jnp.floor((width + 0.5) / ratio)
+  fit = jnp.where(jnp.round(fit * ratio) > width, fit - 1, fit)
+  hi = jnp.minimum(jnp.where(jnp.round(hi * ratio) > width, fit, hi), height)
+  lo = jnp.minimum(lo, hi)
+  h = lo + jnp.floor(u_height * (hi - lo + 1))
+  h = jnp.where(jnp.round(h * ratio) * h < min_area, h + 1, h)
+  h = jnp.where(jnp.round(h * ratio) * h > max_area, h - 1, h)
+  w = jnp.round(h * ratio)
+  valid = ((h * w >= min_area) & (h * w <= max_area) & (h > 0) & (h <= height) & (w > 0)
+           & (w <= width))
+  top, left = jnp.floor(u_top * (height - h)), jnp.floor(u_left * (width - w))  # 0 if spanning
+  first = jnp.argmax(valid)
+  box = jnp.stack([top, left, h, w])[:, first].astype(jnp.int32)
+  return jnp.where(valid[first], box, jnp.array([0, 0, height, width], jnp.int32))
+
+
+def _box_weights(start: jax.Array, length: jax.Array, in_size: int, out_size: int,
+                 antialias: bool) -> jax.Array:
+  """Weights [out_size, in_size] that resize pixels [start, start + length) of an axis of
+  in_size pixels to out_size, as tf.image.resize of the cropped axis: half-pixel centres, a
+  triangle kernel (bilinear), widened by the downscaling factor if `antialias` (TF's
+  ScaleAndTranslate), weights outside the box dropped and the rest renormalised. Without
+  antialias that is TF's bilinear, edge pixels repeated past the box's edges.
+
+  Not jax.image.scale_and_translate (the same weights, dynamic scale and translation): at the
+  box's edges it reads the pixels outside the box, where TF's resize of the crop repeats the
+  edge pixels (upscaled boxes differ in their outer rows and columns).
+  """
+  inv_scale = length.astype(jnp.float32) / out_size
+  centres = (jnp.arange(out_size, dtype=jnp.float32) + 0.5) * inv_scale - 0.5  # in the box
+  pixels = jnp.arange(in_size) - start  # in the box's coordinates
+  kernel_scale = jnp.maximum(inv_scale, 1.0) if antialias else 1.0
+  weights = jnp.maximum(0.0, 1.0 - jnp.abs(centres[:, None] - pixels) / kernel_scale)
+  weights = jnp.where((pixels >= 0) & (pixels < length), weights, 0.0)
+  return weights / jnp.sum(weights, axis=1, keepdims=True)
+
+
+def crop_and_resize(image: jax.Array, box: jax.Array, size: tuple[int, int],
+                    antialias: bool = False) -> jax.Array:
+  """The box (top, left, height, width: int32 [4], traced) of image [H, W, C] resized to
+  `size`, float32 [size[0], size[1], C]: tf.image.resize(image[top:top + height,
+  left:left + width], size) in one static-shape step."""
+  top, left, height, width = box
+  rows = _box_weights(top, height, image.shape[0], size[0], antialias)
+  cols = _box_weights(left, width, image.shape[1], size[1], antialias)
+  # HIGHEST: no bf16/TF32 passes on accelerators, as in jax.image.resize.
+  return jnp.einsum("yh,hwc,xw->yxc", rows, image.astype(jnp.float32), cols,
+                    precision=jax.lax.Precision.HIGHEST)
+
+
+@_register("inception_crop")
+def _inception_crop(size: int | tuple[int, int] | None = None, area_min: float = 5,
+                    area_max: float = 100, method: str = "bilinear", antialias: bool = False, *,
+                    key: str = "image") -> _Op:
+  if size is None:
+    raise ValueError("inception_crop: the in-memory pipeline needs a size, e.g. "
+                     "inception_crop(28): unresized crops differ in shape from example to "
+                     "example, which a jitted batch cannot hold.")
+  out_size = pp_base.as_size(size, "inception_crop")
+  pp_base.check_area(area_min, area_max)
+  _check_bilinear(method, "inception_crop")
+
+  def apply(example: Example, rng: jax.Array) -> Example:
+    image = pp_base.get_key(example, key, "inception_crop")
+    box = _sample_box(rng, image.shape[0], image.shape[1], area_min, area_max)
+    resized = crop_and_resize(image, box, out_size, antialias)
+    return {**example, key: _as_dtype(resized, image.dtype)}
   return _Op(apply, random=True)
 
 

@@ -65,6 +65,13 @@ def as_size(size: int | tuple[int, int] | list[int], op_name: str) -> tuple[int,
   return pair
 
 
+def check_area(area_min: float, area_max: float) -> None:
+  """The area range (percent of the image) of `inception_crop` and its JPEG variant."""
+  if not 0 < area_min <= area_max <= 100:
+    raise ValueError(f"inception crop needs 0 < area_min <= area_max <= 100 (percent), got "
+                     f"{area_min}, {area_max}")
+
+
 def check_keys(op_name: str, keys: tuple[str, ...]) -> None:
   """The arguments of `keep` / `drop`: one or more key names."""
   if not keys or not all(isinstance(k, str) for k in keys):

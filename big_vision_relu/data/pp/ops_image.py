@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from big_vision_relu.data.pp.common import as_size, get_key, take_seed
 from big_vision_relu.data.pp.registry import Example, PPFn, register
+from big_vision_relu.data.pp_base import check_area
 
 
 def _resize(image: tf.Tensor, size: tf.Tensor, method: str, antialias: bool) -> tf.Tensor:
@@ -35,12 +36,6 @@ def _crop_box(image_shape: tf.Tensor, seed: tf.Tensor, area_min: float, area_max
       min_object_covered=0, aspect_ratio_range=(ratio_min, ratio_max),
       area_range=(area_min / 100, area_max / 100), use_image_if_no_bounding_boxes=True)
   return begin, size
-
-
-def _check_area(area_min: float, area_max: float) -> None:
-  if not 0 < area_min <= area_max <= 100:
-    raise ValueError(f"inception crop needs 0 < area_min <= area_max <= 100 (percent), got "
-                     f"{area_min}, {area_max}")
 
 
 @register("decode")
@@ -76,7 +71,7 @@ def get_decode_jpeg_and_inception_crop(size: int | tuple[int, int] | None = None
   Same distribution as `decode|inception_crop(...)` but faster; JPEG input only. The box's
   aspect ratio is in [ratio_min, ratio_max].
   """
-  _check_area(area_min, area_max)
+  check_area(area_min, area_max)
   out_size = None if size is None else as_size(size, "decode_jpeg_and_inception_crop")
 
   def apply(example: Example) -> Example:
@@ -97,7 +92,7 @@ def get_inception_crop(size: int | tuple[int, int] | None = None, area_min: floa
                        area_max: float = 100, method: str = "bilinear",
                        antialias: bool = False, *, key: str = "image") -> PPFn:
   """Random box of area_min..area_max % of the image, then resize to `size` (if given)."""
-  _check_area(area_min, area_max)
+  check_area(area_min, area_max)
   out_size = None if size is None else as_size(size, "inception_crop")
 
   def apply(example: Example) -> Example:
