@@ -188,7 +188,8 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
            "the rules: docs/alpha_length.md sections 5 and 7. Validation loss of seed-0 softmax "
            f"runs; a regulariser suffices when the loss at the end is within {LOSS_RISE} of "
            "its minimum.", "",
-           "| candidate | arguments | min val loss | last | rise | meets |", "|---|---|---|---|---|---|"]
+           "| candidate | arguments | min val loss | last | rise | meets |",
+           "|---|---|---|---|---|---|"]
   for name, rise in (("none (the grid's)", unregularised), *choice.rises.items()):
     args = ", ".join(f"{k}={v}" for k, v in CANDIDATES.get(name, {}).items()) or "-"
     cells = ("not archived", "", "", "") if rise is None else (
