@@ -1,6 +1,7 @@
 """The study core and its plug-ins (experiments/plans.py, experiments/studies/): every study
 plans exactly the runs, in exactly the order, that it planned before the core was split from
-the studies (tests/planned_runs.json, written from d165510's `study.plan`), its archive still
+the studies (tests/planned_runs.json, written from d165510's `study.plan`; alpha_length_controls'
+runs from the commit that added it, before any of them started), its archive still
 fits it, its sweep files list its sweeps, and launch/study.sh gets what its case statement
 used to say."""
 import json
@@ -22,7 +23,7 @@ def test_the_core_finds_every_study_by_name_and_only_those():
   assert set(PINNED) <= set(plans.names())
   for name in plans.names():
     assert plans.load(name).name == name
-  with pytest.raises(ValueError, match="the studies are alpha_length, fmnist, repro"):
+  with pytest.raises(ValueError, match="the studies are alpha_length, alpha_length_controls, fmnist, repro"):
     plans.load("fmnist_vit")
   with pytest.raises(ValueError, match=r"No sweep 'fig5'; the study's sweeps are \['fig1'"):
     plans.load("repro").runs([("fig5", {})])
@@ -82,12 +83,13 @@ def test_what_launch_study_sh_is_told_of_each_plan():
   """The values of its old case statement, now from the plans."""
   assert study.settings(plans.load("repro")) == (
       "DATASETS=mnist5k,digits DATA_PACKAGES='' PINNED=false")
-  for name in ("fmnist", "alpha_length"):
+  for name in ("fmnist", "alpha_length", "alpha_length_controls"):
     assert study.settings(plans.load(name)) == (
         "DATASETS=mnist5k,digits,fashion_mnist_local DATA_PACKAGES=dataset-fashion-mnist "
         "PINNED=true")
   assert {name: plans.load(name).docs for name in PINNED} == {
-      "repro": "docs/reproduction", "fmnist": "docs/fmnist", "alpha_length": "docs/alpha_length"}
+      "repro": "docs/reproduction", "fmnist": "docs/fmnist", "alpha_length": "docs/alpha_length",
+      "alpha_length_controls": "docs/alpha_length"}
 
 
 def test_a_gate_keeps_closed_phases_from_training(tmp_path):
@@ -118,8 +120,12 @@ def test_launch_study_sh_names_the_plans_and_reports_through_them(tmp_path):
                           capture_output=True, text=True, timeout=300, check=False)
   unknown = launch("nope", "status")
   assert unknown.returncode == 2
-  assert "usage: bash launch/study.sh alpha_length|fmnist|repro" in unknown.stderr
+  assert "usage: bash launch/study.sh alpha_length|alpha_length_controls|fmnist|repro" in unknown.stderr
   reported = launch("alpha_length", "report")  # its PLAN's report module, on an empty archive
   assert reported.returncode == 0, reported.stderr[-3000:]
   assert reported.stdout.split() == [str(tmp_path / "docs" / "results.md")]
   assert "0 of 75 runs archived" in (tmp_path / "docs" / "results.md").read_text()
+  reported = launch("alpha_length_controls", "report")
+  assert reported.returncode == 0, reported.stderr[-3000:]
+  assert reported.stdout.split() == [str(tmp_path / "docs" / "controls.md")]
+  assert "| none (the grid's) | - | not archived" in (tmp_path / "docs" / "controls.md").read_text()

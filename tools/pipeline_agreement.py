@@ -1,4 +1,4 @@
-r"""Trains the main job's recipe on both input pipelines for some seeds; prints the table and verdict.
+r"""Trains the main job's recipe on both input pipelines, some seeds; prints the table, the verdict.
 
     PYTHONPATH=. python tools/pipeline_agreement.py --seeds 3,4,5,6,7 --out /tmp/agreement
 

@@ -45,6 +45,10 @@ def _short(key: str, value: Any) -> str:
     return f"val{value}"
   if key == "eval_points":
     return f"ev{value}"
+  if key == "wd":
+    return f"wd{value:g}"
+  if key == "crop":
+    return f"crop{value}"
   return str(value)
 
 

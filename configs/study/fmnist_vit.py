@@ -27,6 +27,10 @@ Arguments (`fmnist_vit.py:key=value,...`):
               selects anything                                                          (0)
   eval_points evaluations of `test` (and `val`) per run, evenly spaced (plus the first and
               last step)                                                                (8)
+  wd          decoupled weight decay (not multiplied by lr)                          (1e-4)
+  crop        0, or `inception_crop(28, area_min=crop)` before the flip: a random box of
+              crop..100% of the image, resized back to 28 x 28 (the alpha-length study's
+              control (a), docs/alpha_length.md 7)                                       (0)
   runlocal    a few-step smoke run on slices of the data (used by the tests)        (False)
   input       tfds | memory: the input pipeline (config.input.pipeline); memory reads the
               IDX files into arrays and augments in JAX on the device, no TensorFlow
@@ -51,7 +55,7 @@ from big_vision_relu.config import optional, parse_arg
 HEAD_DIM = 32
 SIZES = {"Ti": 64, "S": 96, "B": 128}  # size -> width; heads = width / HEAD_DIM
 DATASET = "fashion_mnist_local"
-TRAIN_PP = ('decode(channels=1)|flip_lr|value_range(-1, 1)|onehot(10)|'
+TRAIN_PP = ('decode(channels=1)|{crop}flip_lr|value_range(-1, 1)|onehot(10)|'
             'keep("image", "labels")')
 EVAL_PP = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
 EPOCHS = 20
@@ -63,11 +67,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   arg = parse_arg(arg, size="Ti", patch=2, attention="relu", alpha=1.0, qk_norm=True,
                   gated=False, epochs=EPOCHS, seed=0, runlocal=False, dtype_mm="float32",
                   batch=BATCH, lr=1e-3, flatten_tokens=True, validation=0, eval_points=8,
-                  input="tfds")
+                  input="tfds", wd=1e-4, crop=0)
   if arg.size not in SIZES:
     raise ValueError(f"size={arg.size!r}: expected one of {', '.join(SIZES)}.")
   if 28 % arg.patch:
     raise ValueError(f"patch={arg.patch} must divide the 28-pixel side: 1, 2, 4, 7, 14 or 28.")
+  if not 0 <= arg.crop < 100:
+    raise ValueError(f"crop={arg.crop}: the smallest crop's area in percent, 1-99, or 0 for "
+                     "no crop.")
+  crop = f"inception_crop(28, area_min={arg.crop})|" if arg.crop else ""
   width = SIZES[arg.size]
   config = ml_collections.ConfigDict()
   config.seed = arg.seed
@@ -80,7 +88,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     holdout = dict(num_examples=arg.validation if not arg.runlocal else 16, seed=VALIDATION_SEED)
   config.input = dict(data=dict(train_data, holdout=dict(holdout, part="rest")) if holdout
                       else train_data,
-                      batch_size=arg.batch if not arg.runlocal else 16, pp=TRAIN_PP)
+                      batch_size=arg.batch if not arg.runlocal else 16,
+                      pp=TRAIN_PP.format(crop=crop))
   if arg.input != "tfds":  # unset for tfds: the study's workdirs hold configs without the key
     config.input.pipeline = arg.input
   config.num_classes = 10
@@ -94,7 +103,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.optax_name = "scale_by_adam"
   config.optax = dict(b1=0.9, b2=0.999)
   config.lr = arg.lr
-  config.wd = 1e-4
+  config.wd = arg.wd
   config.grad_clip_norm = 1.0
   config.schedule = dict(warmup_percent=0.05, decay_type="cosine")
 

@@ -226,6 +226,12 @@ class PairedTest:
   equivalent: bool  # -margin < lower and upper < margin (TOST at 5% each side)
   superior: bool  # lower > 0
 
+  @property
+  def verdict(self) -> str:
+    """The strongest of section 5's verdicts that holds."""
+    return ("better" if self.superior else "equivalent" if self.equivalent else
+            "non-inferior" if self.non_inferior else "not shown")
+
 
 def paired_test(a: Sequence[float], b: Sequence[float], margin: float = MARGIN) -> PairedTest:
   """Seed-paired differences a - b (test accuracies of one seed each), judged at `margin`."""

@@ -173,10 +173,8 @@ def relu_vs_softmax_lines(runs: Sequence[Archived]) -> list[str]:
       continue
     t = al.paired_test([relu[s].result.test_at_best for s in seeds],
                        [softmax[s].result.test_at_best for s in seeds])
-    verdict = ("better" if t.superior else "equivalent" if t.equivalent else
-               "non-inferior" if t.non_inferior else "not shown")
     lines.append(f"- L = {length}: {100 * t.mean:+.2f} points (SE {100 * t.se:.2f}; 90% "
-                 f"[{100 * t.lower:+.2f}, {100 * t.upper:+.2f}]): {verdict}")
+                 f"[{100 * t.lower:+.2f}, {100 * t.upper:+.2f}]): {t.verdict}")
   return lines + [""]
 
 

@@ -1,0 +1,221 @@
+r"""The alpha-length study's control (a): does relu/L's result at L = 49 survive regularisation?
+
+    bash launch/study.sh alpha_length_controls          # trains what its gate lets train now
+    bash launch/study.sh alpha_length_controls report   # docs/alpha_length/controls.md
+
+The rules are docs/alpha_length.md's section 5 ("Control (a)") and section 7 (2026-12-01,
+19:45 UTC: the candidates and the choice), written before any of these runs; this unit is
+their code. A plan of its own (archive results/alpha_length_controls, its own pinned commit):
+the grid's pinned commit (d165510) has no weight-decay or crop argument in
+configs/study/fmnist_vit.py; the one pinned here adds `wd` and `crop` and changes nothing else
+a grid run computes (at their defaults a run's config is the grid's).
+
+Runs, at L = 49 (patch 4) with the grid's recipe (`protocol.GRID`) but the regulariser:
+- phase 0, the candidates (`CANDIDATES`, seed 0, softmax): R1 weight decay 3e-4, R2 1e-3,
+  R3 `inception_crop(28, area_min=50)` with the grid's 1e-4, R4 that crop with 3e-4;
+- phase k (1-4), with R_k chosen: softmax seeds 1-2 and relu/L (alpha 1) seeds 0-2 under R_k
+  (seed 0's softmax is its candidate run).
+
+The choice (`choose`): the first of R1-R4 whose validation loss at its last evaluation is
+within LOSS_RISE of its minimum over the run's evaluations; if none is, the one with the
+smallest such rise (reported as missing the criterion). The gate (`gate`) reads the grid's
+archive, `results/alpha_length` beside this one: nothing trains until the grid at L = 49 is
+archived (section 5: "after the L = 49 grid"); if the grid's softmax seed-0 run there already
+meets the criterion the control is moot and nothing trains; else phase 0; then the chosen
+candidate's phase. A diverged candidate never meets the criterion (an infinite rise); ties in
+the smallest rise go to the first in R1-R4 order. relu/L - softmax is judged by
+section 5's paired rule (`protocol.paired_test`); its result "survives" if the regularised
+verdict is the grid's at L = 49.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from big_vision_relu import metrics as metrics_lib
+from big_vision_relu.experiments import plans, run_status
+from big_vision_relu.experiments.studies.alpha_length import protocol as al
+from big_vision_relu.experiments.sweep import Grid, Run
+
+PATCH = 4  # L = 49
+GRID_STUDY = "alpha_length"  # the grid's archive: <archive>/../alpha_length
+BASE_WD = 1e-4  # the grid's weight decay (fmnist_vit.py's default); crop 0: none
+CANDIDATES: dict[str, dict[str, Any]] = {
+    "R1": dict(wd=3e-4), "R2": dict(wd=1e-3), "R3": dict(crop=50), "R4": dict(crop=50, wd=3e-4)}
+LOSS_RISE = 0.01  # val/loss at the end within this of its minimum: "no longer rises"
+VAL_LOSS = "val/loss"
+# The grid's arguments, plus wd and crop before the seed; at the grid's values they stay out of
+# the run ids and --config (implicit), so the unregularised run is the grid's own.
+GRID = Grid(al.CONFIG, {**{k: v for k, v in al.GRID.defaults.items() if k != "seed"},
+                        "patch": PATCH, "wd": BASE_WD, "crop": 0, "seed": 0},
+            implicit={"wd": BASE_WD, "crop": 0})
+
+
+def candidate_runs() -> list[Run]:
+  """Phase 0: each candidate's seed-0 softmax run."""
+  return [GRID.run(attention="softmax", **args) for args in CANDIDATES.values()]
+
+
+def comparison_runs(name: str) -> list[Run]:
+  """R_k's comparison: softmax and relu/L (alpha 1) at seeds 0-2 under candidate `name`."""
+  return [GRID.run(attention=attention, seed=seed, **CANDIDATES[name])
+          for attention in ("softmax", "relu") for seed in al.SEEDS]
+
+
+def grid_softmax_run() -> Run:
+  """The grid's own L = 49 softmax seed-0 run (the unregularised candidate)."""
+  return al.GRID.run(patch=PATCH, attention="softmax", seed=0)
+
+
+# ----------------------------------------------------------------------------- the choice
+
+@dataclasses.dataclass(frozen=True)
+class LossRise:
+  minimum: float  # val/loss, min over the run's evaluations
+  last: float  # at its last evaluation
+  rise: float  # last - minimum (inf: the run diverged)
+
+  @property
+  def meets(self) -> bool:
+    return self.rise <= LOSS_RISE
+
+
+def loss_rise(run_dir: pathlib.Path) -> LossRise | None:
+  """The validation loss's rise from its minimum to the end of an archived run; None if the
+  run is not archived."""
+  if (run_dir / run_status.DIVERGED_FILE).exists():
+    return LossRise(math.inf, math.inf, math.inf)
+  if not (run_dir / metrics_lib.JSONL_NAME).exists():
+    return None
+  records = metrics_lib.read_metrics(run_dir)
+  losses = [records[s][VAL_LOSS] for s in sorted(records) if VAL_LOSS in records[s]]
+  if not losses:
+    raise ValueError(f"{run_dir} logged no {VAL_LOSS}: not a run of this study's recipe.")
+  return LossRise(min(losses), losses[-1], losses[-1] - min(losses))
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+  name: str | None  # the chosen candidate; None until every candidate is archived
+  meets: bool  # whether it meets the criterion (else: the smallest rise)
+  rises: dict[str, LossRise | None]  # candidate -> its rise (None: not archived)
+
+
+def choose(rises: Mapping[str, LossRise | None]) -> Choice:
+  """Section 7's rule over the candidates' rises, in CANDIDATES order."""
+  rises = {name: rises.get(name) for name in CANDIDATES}
+  if any(r is None for r in rises.values()):
+    return Choice(None, False, rises)
+  for name, rise in rises.items():
+    if rise.meets:
+      return Choice(name, True, rises)
+  return Choice(min(rises, key=lambda n: rises[n].rise), False, rises)
+
+
+def candidate_rises(archive: pathlib.Path) -> dict[str, LossRise | None]:
+  return {name: loss_rise(archive / "runs" / run.run_id)
+          for name, run in zip(CANDIDATES, candidate_runs(), strict=True)}
+
+
+def grid_archive(archive: pathlib.Path) -> pathlib.Path:
+  return archive.parent / GRID_STUDY
+
+
+def gate(archive: pathlib.Path) -> tuple[tuple[int, ...], str]:
+  """The phases that may train now, and why (`Plan.gate`)."""
+  waiting = [run for run in al.runs(PATCH)
+             if not (grid_archive(archive) / "runs" / run.run_id / metrics_lib.JSONL_NAME).exists()]
+  if waiting:
+    return (), (f"waiting for the grid at L = 49: {len(waiting)} of {len(al.runs(PATCH))} runs "
+                f"not archived in {grid_archive(archive)}")
+  unregularised = loss_rise(grid_archive(archive) / "runs" / grid_softmax_run().run_id)
+  if unregularised.meets:
+    return (), (f"moot: the grid's L = 49 softmax val loss rises {unregularised.rise:.4f} <= "
+                f"{LOSS_RISE} (docs/alpha_length.md 7)")
+  choice = choose(candidate_rises(archive))
+  if choice.name is None:
+    return (0,), "choosing the regulariser (phase 0)"
+  return (0, 1 + list(CANDIDATES).index(choice.name)), f"{choice.name} chosen"
+
+
+PLAN = plans.Plan(
+    name="alpha_length_controls",
+    sweeps={"candidates": candidate_runs,
+            **{name: (lambda name=name: comparison_runs(name)) for name in CANDIDATES}},
+    phases=(("candidates", {}), *((name, {}) for name in CANDIDATES)),
+    datasets=("mnist5k", "digits", "fashion_mnist_local"),
+    data_packages=("dataset-fashion-mnist",), docs="docs/alpha_length", gate=gate,
+    report="big_vision_relu.experiments.studies.alpha_length_controls")
+
+
+# ----------------------------------------------------------------------------- the report
+
+def _test_results(archive: pathlib.Path, runs: Sequence[Run]) -> dict[tuple[str, int], float]:
+  found = {}
+  for run in runs:
+    path = archive / "runs" / run.run_id
+    if (path / metrics_lib.JSONL_NAME).exists() and not (path / run_status.DIVERGED_FILE).exists():
+      rows = [dict(r, step=s) for s, r in metrics_lib.read_metrics(path).items()]
+      found[run.args["attention"], run.args["seed"]] = al.run_result(rows).test_at_best
+  return found
+
+
+def comparison(archive: pathlib.Path, runs: Sequence[Run]) -> al.PairedTest | None:
+  """relu/L - softmax over the seeds of `runs` (None until all are archived)."""
+  found = _test_results(archive, runs)
+  if len(found) < len(runs):
+    return None
+  return al.paired_test([found["relu", s] for s in al.SEEDS],
+                        [found["softmax", s] for s in al.SEEDS])
+
+
+def _paired_line(label: str, test: al.PairedTest | None) -> str:
+  if test is None:
+    return f"- {label}: not all of its 6 runs archived"
+  return (f"- {label}: {100 * test.mean:+.2f} points (SE {100 * test.se:.2f}; 90% "
+          f"[{100 * test.lower:+.2f}, {100 * test.upper:+.2f}]): {test.verdict}")
+
+
+def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
+  """Writes controls.md into `out` (PLAN.report); returns its path."""
+  unregularised = loss_rise(grid_archive(archive) / "runs" / grid_softmax_run().run_id)
+  choice = choose(candidate_rises(archive))
+  lines = ["# The alpha-length study: control (a), regularisation at L = 49", "",
+           f"Redrawn from `{archive}` by `bash launch/study.sh alpha_length_controls report`; "
+           "the rules: docs/alpha_length.md sections 5 and 7. Validation loss of seed-0 softmax "
+           f"runs; a regulariser suffices when the loss at the end is within {LOSS_RISE} of "
+           "its minimum.", "",
+           "| candidate | arguments | min val loss | last | rise | meets |",
+           "|---|---|---|---|---|---|"]
+  for name, rise in (("none (the grid's)", unregularised), *choice.rises.items()):
+    args = ", ".join(f"{k}={v}" for k, v in CANDIDATES.get(name, {}).items()) or "-"
+    cells = ("not archived", "", "", "") if rise is None else (
+        f"{rise.minimum:.4f}", f"{rise.last:.4f}", f"{rise.rise:+.4f}",
+        "yes" if rise.meets else "no")
+    lines.append(f"| {name} | {args} | " + " | ".join(cells) + " |")
+  lines.append("")
+  if unregularised is not None and unregularised.meets:
+    lines.append("**Moot**: the grid's own softmax run meets the criterion; nothing trains.")
+  elif choice.name is None:
+    lines.append("The choice: not yet (every candidate must be archived).")
+  else:
+    lines.append(f"The choice: **{choice.name}**"
+                 + ("" if choice.meets else " (none meets the criterion: the smallest rise)"))
+    grid = comparison(grid_archive(archive), [al.GRID.run(patch=PATCH, attention=a, seed=s)
+                                              for a in ("softmax", "relu") for s in al.SEEDS])
+    regularised = comparison(archive, comparison_runs(choice.name))
+    lines += ["", "relu/L (alpha 1) - softmax, test results at the validation-selected step, "
+              "paired by seed (margin 1 point):", "",
+              _paired_line(f"the grid (weight decay {BASE_WD:g}, no crop)", grid),
+              _paired_line(f"under {choice.name}", regularised)]
+    if grid is not None and regularised is not None:
+      survives = "survives" if regularised.verdict == grid.verdict else "does not survive"
+      lines += ["", f"**The grid's verdict ({grid.verdict}) {survives} regularisation** "
+                f"(under {choice.name}: {regularised.verdict})."]
+  out.mkdir(parents=True, exist_ok=True)
+  path = out / "controls.md"
+  path.write_text("\n".join(lines) + "\n")
+  return path

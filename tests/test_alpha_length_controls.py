@@ -1,0 +1,155 @@
+"""The alpha-length study's control (a) (experiments/studies/alpha_length_controls.py;
+docs/alpha_length.md 5 and 7): its runs differ from the grid's only in the regulariser, its
+gate waits for the grid and opens only what section 7's rule allows, its choice and its report
+follow the rule on synthetic archives."""
+import json
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from big_vision_relu.data import pp as pp_lib
+from big_vision_relu.experiments import plans, study
+from big_vision_relu.experiments.studies import alpha_length_controls as controls
+from big_vision_relu.experiments.studies.alpha_length import protocol as al
+from conftest import load_config_module
+
+CONFIG = load_config_module(al.CONFIG)
+
+
+def _config(run):
+  return CONFIG.get_config(run.config_arg.split(":", 1)[1]).to_dict()
+
+
+def test_at_the_grids_values_a_control_run_is_the_grids_run():
+  for attention in ("softmax", "relu"):
+    ours, grids = (controls.GRID.run(attention=attention, seed=1),
+                   al.GRID.run(patch=4, attention=attention, seed=1))
+    assert ours.run_id == grids.run_id and _config(ours) == _config(grids)
+
+
+@pytest.mark.parametrize("name", list(controls.CANDIDATES))
+def test_a_candidate_changes_only_its_regulariser(name):
+  args = controls.CANDIDATES[name]
+  ours, grids = controls.candidate_runs()[list(controls.CANDIDATES).index(name)], \
+      al.GRID.run(patch=4, attention="softmax", seed=0)
+  ours_config, grids_config = _config(ours), _config(grids)
+  assert ours_config.pop("wd") == args.get("wd", 1e-4) and grids_config.pop("wd") == 1e-4
+  ours_pp, grids_pp = ours_config["input"].pop("pp"), grids_config["input"].pop("pp")
+  crop = f"inception_crop(28, area_min={args['crop']})|" if "crop" in args else ""
+  assert ours_pp == grids_pp.replace("flip_lr|", crop + "flip_lr|")
+  assert ours_config == grids_config
+
+
+def test_the_crop_pp_crops_and_resizes_back_and_bad_crops_are_refused():
+  image = np.random.default_rng(0).integers(0, 256, (28, 28, 1), dtype=np.uint8)
+  pp = CONFIG.get_config("crop=50").input.pp
+  fn = pp_lib.get_preprocess_fn(pp)
+  outs = [fn({"image": tf.io.encode_png(image), "label": tf.constant(3, tf.int64),
+              pp_lib.RNG_KEY: tf.constant([seed, 7], tf.int64)})["image"].numpy()
+          for seed in range(4)]
+  assert all(o.shape == (28, 28, 1) for o in outs)
+  assert len({o.tobytes() for o in outs}) == 4  # random boxes (and flips) per example
+  for bad in ("crop=100", "crop=-5"):
+    with pytest.raises(ValueError, match="crop=.*0 for no crop"):
+      CONFIG.get_config(bad)
+
+
+def _write(archive, run, val_losses, *, diverged=False):
+  """An archived run with val/loss at successive evaluations and a test/val accuracy."""
+  path = archive / "runs" / run.run_id
+  path.mkdir(parents=True)
+  rows = [{"step": 100 * (i + 1), "val/loss": loss, "val/prec@1": 0.9 - loss / 10,
+           "test/prec@1": 0.9 - loss / 10} for i, loss in enumerate(val_losses)]
+  (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  if diverged:
+    (path / "DIVERGED").write_text("loss nan\n")
+
+
+RISING = (0.40, 0.30, 0.28, 0.31)  # rises 0.03 after its minimum
+FLAT = (0.40, 0.30, 0.285, 0.29)  # 0.005
+
+
+def _write_grid(tmp_path, softmax_curve):
+  """The grid at L = 49, archived; its softmax seed-0 run's val/loss follows `softmax_curve`."""
+  for run in al.runs(4):
+    if run.run_id != controls.grid_softmax_run().run_id:
+      _write(tmp_path / "alpha_length", run, FLAT)
+  _write(tmp_path / "alpha_length", controls.grid_softmax_run(), softmax_curve)
+
+
+def test_the_gate_waits_for_the_grid_and_is_moot_when_the_grid_does_not_overfit(tmp_path):
+  archive = tmp_path / "alpha_length_controls"
+  grid_run = tmp_path / "alpha_length" / "runs" / controls.grid_softmax_run().run_id
+  for run in al.runs(4)[:-1]:
+    _write(tmp_path / "alpha_length", run, RISING)
+  assert controls.gate(archive) == ((), "waiting for the grid at L = 49: 1 of 27 runs not "
+                                    f"archived in {tmp_path / 'alpha_length'}")
+  _write(tmp_path / "alpha_length", al.runs(4)[-1], RISING)
+  assert controls.gate(archive)[0] == (0,)
+  for run in al.runs(4):
+    (tmp_path / "alpha_length" / "runs" / run.run_id / "metrics.jsonl").unlink()
+    (tmp_path / "alpha_length" / "runs" / run.run_id).rmdir()
+  _write_grid(tmp_path, FLAT)
+  phases, reason = controls.gate(archive)
+  assert phases == () and reason.startswith("moot: the grid's L = 49 softmax val loss rises 0.0050")
+  (grid_run / "metrics.jsonl").unlink()
+  grid_run.rmdir()
+  _write(tmp_path / "alpha_length", controls.grid_softmax_run(), RISING)  # the others: flat
+  assert controls.gate(archive) == ((0,), "choosing the regulariser (phase 0)")
+  plan = plans.load("alpha_length_controls")
+  assert study.phases_to_train(plan, archive, None) == [0]
+  assert [i.run.run_id for i in plan.runs([plan.phases[0]])] == \
+      [r.run_id for r in controls.candidate_runs()]
+
+
+@pytest.mark.parametrize("curves, chosen, meets", [
+    ((RISING, FLAT, FLAT, FLAT), "R2", True),  # the first that meets, in R1-R4 order
+    ((FLAT, FLAT, RISING, FLAT), "R1", True),
+    ((RISING, (0.4, 0.3, 0.32), RISING, (0.4, 0.3, 0.315)), "R4", False),  # smallest rise
+])
+def test_the_choice_opens_the_chosen_candidates_phase(tmp_path, curves, chosen, meets):
+  archive = tmp_path / "alpha_length_controls"
+  _write_grid(tmp_path, RISING)
+  for run, curve in zip(controls.candidate_runs()[:3], curves, strict=False):
+    _write(archive, run, curve)
+  assert controls.gate(archive)[0] == (0,)  # R4 not archived: no choice yet
+  _write(archive, controls.candidate_runs()[3], curves[3])
+  choice = controls.choose(controls.candidate_rises(archive))
+  assert (choice.name, choice.meets) == (chosen, meets)
+  phase = 1 + list(controls.CANDIDATES).index(chosen)
+  assert controls.gate(archive) == ((0, phase), f"{chosen} chosen")
+  assert controls.PLAN.phases[phase][0] == chosen
+
+
+def test_a_diverged_candidate_never_meets_and_rises_most(tmp_path):
+  archive = tmp_path / "a"
+  for run in controls.candidate_runs():
+    _write(archive, run, RISING, diverged=run.args.get("crop") == 50 and run.args["wd"] == 1e-4)
+  rises = controls.candidate_rises(archive)
+  assert math.isinf(rises["R3"].rise) and not rises["R3"].meets
+  assert controls.choose(rises).name == "R1"  # 0.03 each; the first of the smallest
+
+
+def test_the_report_says_whether_the_grids_verdict_survives(tmp_path):
+  archive = tmp_path / "alpha_length_controls"
+  grid = tmp_path / "alpha_length"
+  for seed in al.SEEDS:  # grid: relu/L 0.3 points over softmax on every seed
+    base = 0.30 + 0.001 * seed
+    _write(grid, al.GRID.run(patch=4, attention="softmax", seed=seed), (0.4, base, base + 0.03))
+    _write(grid, al.GRID.run(patch=4, attention="relu", seed=seed), (0.4, base - 0.03, base))
+  for run in controls.candidate_runs():
+    _write(archive, run, RISING if run.args["wd"] == 3e-4 and "crop" not in run.run_id else FLAT)
+  text = controls.write(archive, tmp_path / "out").read_text()
+  assert "The choice: **R2**" in text
+  assert "| R1 | wd=0.0003 | 0.2800 | 0.3100 | +0.0300 | no |" in text
+  assert "under R2: not all of its 6 runs archived" in text
+  for seed in (1, 2):  # under R2: equal on every seed, within the margin
+    _write(archive, controls.GRID.run(attention="softmax", seed=seed, wd=1e-3), FLAT)
+  for seed in al.SEEDS:
+    _write(archive, controls.GRID.run(attention="relu", seed=seed, wd=1e-3), FLAT)
+  text = controls.write(archive, tmp_path / "out").read_text()
+  assert "- the grid (weight decay 0.0001, no crop): +0.30 points" in text
+  assert "**The grid's verdict (better) does not survive regularisation** (under R2: " \
+         "equivalent)." in text
