@@ -11,6 +11,7 @@ import tensorflow as tf
 from big_vision_relu.data import arrays, batching, datasets, input_pipeline, inputs, jax_pp
 from big_vision_relu.data import memory_pipeline
 from big_vision_relu.data import pp as tf_pp
+from conftest import load_config_module
 
 SPLITS = ("train", "test", "train[:100]", "test[10%:]", "train[-50:]", "test[25%:75%]")
 
@@ -161,13 +162,12 @@ def test_the_training_pp_makes_what_the_step_reads():
   assert inputs.training_image_shape(config, 0, process_index=0, process_count=1) == (16, 16, 1)
 
 
-STUDY_CROP_PP = ('decode(channels=1)|inception_crop(28, area_min=50)|flip_lr|value_range(-1, 1)|'
-                 'onehot(10)|keep("image", "labels")')  # configs/study/fmnist_vit.py's, cropping
-
-
 def test_the_study_crop_pp_batches_as_the_tfds_path_and_by_position(offline_data_dir):
+  study = load_config_module("configs/study/fmnist_vit.py").get_config("crop=50,input=memory")
+  assert "|inception_crop(28, area_min=50)|flip_lr|" in study.input.pp
+  # Its pp on mnist5k (28 x 28 grey as Fashion-MNIST, and built for TFDS in the tests).
   config = dict(pipeline="memory", data=dict(name="mnist5k", split="train"), batch_size=16,
-                pp=STUDY_CROP_PP, prefetch=1)
+                pp=study.input.pp, prefetch=1)
   kw = dict(seed=3, process_index=0, process_count=1)
   step = jax.jit(inputs.step_preprocess_fn(config, 3))
   raw = next(inputs.training_batches(config, start_step=5, **kw))
@@ -180,7 +180,7 @@ def test_the_study_crop_pp_batches_as_the_tfds_path_and_by_position(offline_data
       k: (v.shape, v.dtype) for k, v in want.items()} == {
       "image": ((16, 28, 28, 1), np.float32), "labels": ((16, 10), np.float32)}
   np.testing.assert_array_equal(got["labels"].argmax(1), raw["label"])
-  # Cropped: mostly not the (flipped) image itself (a box spans it 1 time in 20). A pure
+  # Cropped: not the (flipped) image itself but where the box spans it (0.7% of boxes). A pure
   # function of (seed, position): the batch of the reversed rows (their positions with them) is
   # the reversed batch. (Resumed runs read the same raw batches:
   # test_training_order_resumes_exactly_and_splits_over_processes.)
