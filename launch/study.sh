@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A study (big_vision_relu.experiments.study) in the background, resumable: PLAN is a unit of
 # big_vision_relu/experiments/studies/ (fmnist: the Fashion-MNIST study, docs/reproduction.md;
-# repro: the MNIST-5k one; alpha_length: docs/alpha_length.md). Re-run the same command to
-# resume after a stop, a reboot or on a fresh checkout.
+# repro: the MNIST-5k one; alpha_length: docs/alpha_length.md, and its control (a),
+# alpha_length_controls). Re-run the same command to resume after a stop, a reboot or on a
+# fresh checkout.
 #
 #   bash launch/study.sh fmnist              # start / resume in the background
 #   bash launch/study.sh fmnist status       # per-phase progress; started runs' checkpoint steps

@@ -1,9 +1,12 @@
 r"""Trains the main job's recipe on both input pipelines, some seeds; prints the table, the verdict.
 
     PYTHONPATH=. python tools/pipeline_agreement.py --seeds 3,4,5,6,7 --out /tmp/agreement
+    PYTHONPATH=. python tools/pipeline_agreement.py --seeds 0,1,2,3,4,5,6,7 \
+        --config configs/study/fmnist_vit.py:patch=7,epochs=5 --out /tmp/agreement_fmnist
 
-Runs `python -m big_vision_relu.train --config configs/local/mnist_relu.py:input=P,seed=S` for
-P in (tfds, memory) and every seed, `--jobs` at a time, into OUT/P-S (a finished workdir is
+Runs `python -m big_vision_relu.train --config CONFIG,input=P,seed=S` (CONFIG default
+configs/local/mnist_relu.py) for P in (tfds, memory) and every seed, `--jobs` at a time,
+into OUT/P-S (a finished workdir is
 only read again: the trainer returns at once), then reads each run's last `test/prec@1` and
 `test/loss` and applies the rule of docs/benchmarks.md section 7a: d = mean(memory) -
 mean(tfds) with its Welch 90% interval; "agree" when it lies inside +-MARGIN, "differ" when it
@@ -21,15 +24,15 @@ import sys
 
 from scipy import stats
 
-CONFIG = "configs/local/mnist_relu.py"
 PIPELINES = ("tfds", "memory")
 MARGIN = 0.006  # test prec@1: 6 of the 1,000 test images
 
 
-def train(out: pathlib.Path, pipeline: str, seed: int) -> pathlib.Path:
+def train(config: str, out: pathlib.Path, pipeline: str, seed: int) -> pathlib.Path:
   workdir = out / f"{pipeline}-{seed}"
-  command = [sys.executable, "-m", "big_vision_relu.train",
-             "--config", f"{CONFIG}:input={pipeline},seed={seed}", "--workdir", str(workdir)]
+  config += ("," if ":" in config else ":") + f"input={pipeline},seed={seed}"
+  command = [sys.executable, "-m", "big_vision_relu.train", "--config", config,
+             "--workdir", str(workdir)]
   with open(out / f"{pipeline}-{seed}.log", "ab") as log:
     subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True,
                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
@@ -63,13 +66,16 @@ def verdict(low: float, high: float, margin: float) -> str:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--seeds", required=True, help="comma-separated, e.g. 3,4,5,6,7")
+  parser.add_argument("--config", default="configs/local/mnist_relu.py",
+                      help="config[:args], with `input` and `seed` arguments")
   parser.add_argument("--out", required=True, type=pathlib.Path)
   parser.add_argument("--jobs", type=int, default=2, help="trainers at a time")
   args = parser.parse_args()
   seeds = [int(s) for s in args.seeds.split(",")]
   args.out.mkdir(parents=True, exist_ok=True)
   with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-    runs = {(p, s): pool.submit(train, args.out, p, s) for s in seeds for p in PIPELINES}
+    runs = {(p, s): pool.submit(train, args.config, args.out, p, s)
+            for s in seeds for p in PIPELINES}
     workdirs = {key: run.result() for key, run in runs.items()}
   metrics = {key: final_metrics(w) for key, w in workdirs.items()}
   print("| pipeline | seed | test prec@1 | test loss | core hours |\n|---|---|---|---|---|")
