@@ -44,9 +44,7 @@ from big_vision_relu.data import pp_base
 
 Example = dict[str, jax.Array]
 _AUGMENT_STREAM = 1  # folded into the seed, as input_pipeline's augmentation stream
-# inception_crop's boxes: pp/ops_image's aspect ratios (w / h), TF's default number of attempts.
-_CROP_RATIOS = (0.75, 1.33)
-_CROP_ATTEMPTS = 100
+_CROP_ATTEMPTS = 100  # inception_crop's boxes: TF's default number of attempts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +160,7 @@ def _sample_box(rng: jax.Array, height: int, width: int, area_min: float, area_m
   u_ratio, u_height, u_top, u_left = jax.random.uniform(rng, (4, _CROP_ATTEMPTS))
   min_area = np.float32(area_min / 100) * np.float32(width) * np.float32(height)
   max_area = np.float32(area_max / 100) * np.float32(width) * np.float32(height)
-  ratio_min, ratio_max = np.float32(_CROP_RATIOS)
+  ratio_min, ratio_max = np.float32(pp_base.CROP_RATIOS)
   ratio = u_ratio * (ratio_max - ratio_min) + ratio_min
   lo = jnp.round(jnp.sqrt(min_area / ratio))
   hi = jnp.round(jnp.sqrt(max_area / ratio))

@@ -65,6 +65,10 @@ def as_size(size: int | tuple[int, int] | list[int], op_name: str) -> tuple[int,
   return pair
 
 
+# inception_crop's aspect ratios (box width / height), both pipelines (TF's sampler's default).
+CROP_RATIOS = (0.75, 1.33)
+
+
 def check_area(area_min: float, area_max: float) -> None:
   """The area range (percent of the image) of `inception_crop` and its JPEG variant."""
   if not 0 < area_min <= area_max <= 100:

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from big_vision_relu.data.pp.common import as_size, get_key, take_seed
 from big_vision_relu.data.pp.registry import Example, PPFn, register
-from big_vision_relu.data.pp_base import check_area
+from big_vision_relu.data.pp_base import CROP_RATIOS, check_area
 
 
 def _resize(image: tf.Tensor, size: tf.Tensor, method: str, antialias: bool) -> tf.Tensor:
@@ -28,7 +28,7 @@ def _resize(image: tf.Tensor, size: tf.Tensor, method: str, antialias: bool) -> 
 
 
 def _crop_box(image_shape: tf.Tensor, seed: tf.Tensor, area_min: float, area_max: float,
-              ratio_min: float = 0.75, ratio_max: float = 1.33
+              ratio_min: float = CROP_RATIOS[0], ratio_max: float = CROP_RATIOS[1]
               ) -> tuple[tf.Tensor, tf.Tensor]:
   """Random inception-style box for an image of shape [H, W, C]: (begin [3], size [3])."""
   begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
@@ -63,7 +63,8 @@ def get_decode(channels: int = 3, precise: bool = False, *, key: str = "image") 
 @register("decode_jpeg_and_inception_crop")
 def get_decode_jpeg_and_inception_crop(size: int | tuple[int, int] | None = None,
                                        area_min: float = 5, area_max: float = 100,
-                                       ratio_min: float = 0.75, ratio_max: float = 1.33,
+                                       ratio_min: float = CROP_RATIOS[0],
+                                       ratio_max: float = CROP_RATIOS[1],
                                        method: str = "bilinear", antialias: bool = False, *,
                                        key: str = "image") -> PPFn:
   """Inception crop decoded straight from JPEG bytes (only the box is decoded): uint8 RGB.
