@@ -1,11 +1,28 @@
-"""Test set-up: 8 simulated CPU devices (sharded == unsharded tests) and quiet TensorFlow."""
+"""Test set-up: 8 simulated CPU devices (sharded == unsharded tests), quiet TensorFlow and one
+compilation cache for the session."""
+import atexit
 import os
+import shutil
+import tempfile
 
 # Must be set before jax is imported anywhere in the test process.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# One persistent JAX compilation cache per session, made by the first process to load this file
+# (pytest, or xdist's controller: its workers inherit the environment) and shared by the workers
+# and every process a test starts (trainers, studies, benchmarks). The suite compiles the same
+# programs many times: train() in one test after another, and ~50 small programs at every
+# trainer's start (~9 s of a core; jax caches only those slower than 1 s by default, hence 0).
+# A cached executable is the same program, so no result changes.
+_CACHE_VARIABLE = "BIG_VISION_RELU_TEST_JAX_CACHE"
+if _CACHE_VARIABLE not in os.environ:
+  os.environ[_CACHE_VARIABLE] = tempfile.mkdtemp(prefix="big_vision_relu_jax_cache_")
+  atexit.register(shutil.rmtree, os.environ[_CACHE_VARIABLE], ignore_errors=True)
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_CACHE_VARIABLE]
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 
 import importlib.util
 import pathlib
@@ -52,16 +69,3 @@ def offline_data_dir(tmp_path_factory) -> str:
   for name in builders.OFFLINE_DATASETS:
     datasets.get_builder(name, path)
   return path
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _shared_compilation_cache(tmp_path_factory):
-  """Gives the processes the tests start (trainers, studies, benchmarks) one persistent JAX
-  compilation cache, shared by the xdist workers: the suite's many short runs compile the same
-  few programs. Only subprocesses see it: this process's jax read its configuration when it was
-  imported, at collection. A cached executable is the same program, so no result changes."""
-  base = tmp_path_factory.getbasetemp()  # under xdist, a worker's own, in the session's dir
-  shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-  with pytest.MonkeyPatch.context() as mp:
-    mp.setenv("JAX_COMPILATION_CACHE_DIR", str(shared / "jax_cache"))
-    yield

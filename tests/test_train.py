@@ -1,7 +1,7 @@
-"""The trainer: sharded == unsharded, multi-process == single process, resume, preemption, errors.
+"""The trainer: sharded == unsharded, resume, preemption, errors.
 
 In-process runs use tiny models; the multi-process, kill -9 and SIGTERM tests start real
-`python -m big_vision_relu.train` processes. Pods losing workers: test_train_pods.py.
+`python -m big_vision_relu.train` processes. Pods of two processes: test_train_pods.py.
 """
 import json
 import logging
@@ -22,8 +22,8 @@ from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 from big_vision_relu import workdir_config
 
-from trainer_processes import (MAIN_CONFIG, assert_trees_equal, final_params, spawn_pair,
-                               spawn_trainer, tiny_config, write_config)
+from trainer_processes import (MAIN_CONFIG, assert_trees_equal, final_params, spawn_trainer,
+                               tiny_config, workdir_files, write_config)
 
 
 def assert_trees_close(a, b, atol):
@@ -145,16 +145,11 @@ def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(offline_data_di
   assert_trees_equal(after, good)
 
 
-def _files(directory) -> dict[str, bytes]:
-  return {str(p.relative_to(directory)): p.read_bytes()
-          for p in sorted(pathlib.Path(directory).rglob("*")) if p.is_file()}
-
-
 def test_a_workdir_refuses_another_config_unless_the_change_is_allowed(offline_data_dir,
                                                                       tmp_path):
   workdir = tmp_path / "run"
   train_lib.train(tiny_config(offline_data_dir, total_steps=4), str(workdir))
-  before = _files(workdir)
+  before = workdir_files(workdir)
   assert {"config.json", "config_history.jsonl", "metrics.jsonl"} <= set(before)
 
   # Another config: stops before anything is written, naming every differing key.
@@ -165,7 +160,7 @@ def test_a_workdir_refuses_another_config_unless_the_change_is_allowed(offline_d
   assert '  lr: 0.003 -> 0.01\n' in str(error.value)
   assert '  model.attention: "relu" -> "softmax"\n' in str(error.value)
   assert "--allow_config_change" in str(error.value)
-  assert _files(workdir) == before
+  assert workdir_files(workdir) == before
 
   # A deliberate change (more steps) continues the run from its last checkpoint.
   longer = tiny_config(offline_data_dir, total_steps=6)
@@ -284,42 +279,6 @@ def _run(config_path, workdir, *, devices, extra=(), timeout=300, env=None):
 def _printed_result(out: str) -> dict:
   """The JSON object the trainer prints last (its returned metrics; log lines may follow)."""
   return json.JSONDecoder().raw_decode(out, out.rindex("\n{") + 1)[0]
-
-
-@pytest.mark.slow
-def test_two_processes_equal_one_process(offline_data_dir, tmp_path):
-  """2 processes x 2 devices (jax.distributed + gloo on loopback) == 1 process x 4 devices."""
-  config = tiny_config(offline_data_dir, total_steps=4)
-  config.evals.test = dict(type="classification", data=dict(
-      name="mnist5k", split="test[:100]", data_dir=offline_data_dir),
-      pp_fn=config.input.pp, batch_size=24)  # 100 examples: padding on both hosts
-  path = write_config(tmp_path, config)
-  _run(path, tmp_path / "single", devices=4)
-  procs = spawn_pair(path, tmp_path / "multi")
-  outs = [p.communicate(timeout=400)[0] for p in procs]
-  for p, out in zip(procs, outs):
-    assert p.returncode == 0, out[-3000:]
-  _, single_params = final_params(tmp_path / "single")
-  _, multi_params = final_params(tmp_path / "multi")
-  assert_trees_close(multi_params, single_params, atol=1e-5)
-  metrics = lambda d: [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines()]  # noqa
-  single_m, multi_m = metrics(tmp_path / "single"), metrics(tmp_path / "multi")
-  assert single_m[-1]["test/num_examples"] == multi_m[-1]["test/num_examples"] == 100
-  assert multi_m[-1]["test/prec@1"] == pytest.approx(single_m[-1]["test/prec@1"], abs=1e-6)
-  # Only process 0 printed the final metrics.
-  assert sum('"training_loss"' in out for out in outs) == 1
-
-  # Another config into that workdir: every process stops alike, and nothing is written.
-  before = _files(tmp_path / "multi")
-  changed = config.copy_and_resolve_references()
-  changed.lr = 1e-2
-  changed_path = write_config(tmp_path, changed, "changed.py")
-  procs = spawn_pair(changed_path, tmp_path / "multi")
-  for p in procs:
-    out = p.communicate(timeout=400)[0]
-    assert p.returncode != 0 and "ConfigChangedError" in out, out[-3000:]
-    assert "holds a run with another config: 1 key(s) differ" in out and "lr: 0.003 -> 0.01" in out
-  assert _files(tmp_path / "multi") == before
 
 
 @pytest.mark.slow

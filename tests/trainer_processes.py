@@ -48,6 +48,12 @@ def final_params(workdir) -> tuple[int, dict]:
   return step, jax.tree.map(np.asarray, state["params"])
 
 
+def workdir_files(directory) -> dict[str, bytes]:
+  """Every file under `directory` (relative path -> bytes): "nothing was written" compares two."""
+  return {str(p.relative_to(directory)): p.read_bytes()
+          for p in sorted(pathlib.Path(directory).rglob("*")) if p.is_file()}
+
+
 def assert_trees_equal(a, b):
   jax.tree.map(np.testing.assert_array_equal, a, b)
 
