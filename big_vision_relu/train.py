@@ -74,6 +74,10 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   # The workdir records the config as given (unset placeholders dropped), not filled in: a
   # default changed in the code later does not make its config.json differ.
   config_json = cfg_lib.without_unset(config).to_json_best_effort(indent=2)
+  # A workdir holding another config stops the run here, before set-up reads datasets and
+  # compiles; it is recorded only after set-up (_train), so a config that fails set-up leaves
+  # nothing behind.
+  workdir_config.use_config(workdir, config_json, allow_change=allow_config_change, write=False)
   # SIGTERM from here on saves and exits (main() installs it even earlier, before the job is
   # joined), so that a notice during set-up or compilation is not lost.
   with preemption.SigtermHandler():

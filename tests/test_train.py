@@ -1,11 +1,11 @@
 """The trainer: sharded == unsharded, resume, preemption, errors.
 
-In-process runs use tiny models; the multi-process, kill -9 and SIGTERM tests start real
-`python -m big_vision_relu.train` processes. Pods of two processes: test_train_pods.py.
+In-process runs use tiny models; the command-line and SIGTERM tests start real
+`python -m big_vision_relu.train` processes. Pods of two processes, kill -9 and a resume that ends
+bit-identical: test_train_pods.py.
 """
 import json
 import logging
-import pathlib
 import signal
 import subprocess
 import time
@@ -22,7 +22,8 @@ from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 from big_vision_relu import workdir_config
 
-from trainer_processes import (MAIN_CONFIG, assert_trees_equal, final_params, spawn_trainer,
+from trainer_processes import (MAIN_CONFIG, TRAIN_METRICS, assert_continues_from,
+                               assert_trees_equal, final_params, logged_records, spawn_trainer,
                                tiny_config, workdir_files, write_config)
 
 
@@ -33,24 +34,6 @@ def assert_trees_close(a, b, atol):
     np.testing.assert_allclose(x, y, atol=atol, rtol=0, err_msg=jax.tree_util.keystr(path))
 
 
-
-def logged_records(workdir) -> list[dict]:
-  """metrics.jsonl: one dict per logged step, in the order written (a resumed run appends)."""
-  return [json.loads(line) for line in
-          (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
-
-
-def assert_continues_from(records: list[dict], start_step: int, first: int) -> list[dict]:
-  """The records from index `first` on are a run resumed at `start_step`: they begin at
-  start_step + 1 and none of the steps up to start_step was logged twice. Returns them."""
-  resumed = records[first:]
-  assert resumed and resumed[0]["step"] == start_step + 1, [r["step"] for r in records]
-  steps = [r["step"] for r in records if r["step"] <= start_step]
-  assert len(steps) == len(set(steps)), steps
-  return resumed
-
-
-TRAIN_METRICS = ("training_loss", "l2_grads", "l2_params", "l2_updates", "lr")
 
 
 # ------------------------------------------------------------------ sharded == unsharded
@@ -160,6 +143,13 @@ def test_a_workdir_refuses_another_config_unless_the_change_is_allowed(offline_d
   assert '  lr: 0.003 -> 0.01\n' in str(error.value)
   assert '  model.attention: "relu" -> "softmax"\n' in str(error.value)
   assert "--allow_config_change" in str(error.value)
+  assert workdir_files(workdir) == before
+  # It stops before set-up: the config's dataset is not even looked for.
+  elsewhere = tiny_config(offline_data_dir, total_steps=4)
+  elsewhere.input.data = dict(name="imagenet2012", split="train",
+                              data_dir=str(tmp_path / "no_data_here"))  # set-up would refuse
+  with pytest.raises(workdir_config.ConfigChangedError, match=r"key\(s\) differ"):
+    train_lib.train(elsewhere, str(workdir))
   assert workdir_files(workdir) == before
 
   # A deliberate change (more steps) continues the run from its last checkpoint.
@@ -293,43 +283,6 @@ def test_the_main_jobs_total_steps_can_be_set_on_the_command_line(offline_data_d
   assert saved["total_steps"] == 1 and "total_epochs" not in saved
   assert [r["step"] for r in logged_records(workdir)] == [1]
   assert final_params(workdir)[0] == 1
-
-
-@pytest.mark.slow
-def test_kill9_then_resume_is_bit_identical(offline_data_dir, tmp_path):
-  config = tiny_config(offline_data_dir, total_steps=40, ckpt_steps=5, log_training_steps=5)
-  path = write_config(tmp_path, config)
-  _run(path, tmp_path / "uninterrupted", devices=1)
-  _, expected = final_params(tmp_path / "uninterrupted")
-
-  workdir = tmp_path / "killed"
-  proc = spawn_trainer(path, workdir, devices=1, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-  first = workdir / "checkpoints" / "5"
-  deadline = time.monotonic() + 240
-  while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
-    time.sleep(0.05)
-  proc.send_signal(signal.SIGKILL)
-  proc.wait()
-  steps_at_kill = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir()
-                         if p.name.isdigit())
-  assert steps_at_kill and 40 not in steps_at_kill, steps_at_kill
-  killed = logged_records(workdir)
-  out = _run(path, workdir, devices=1)
-  # It resumed from the newest checkpoint the kill left (orbax writes a step atomically) ...
-  start = max(steps_at_kill)
-  assert f"Resumed from step {start} " in out
-  assert _printed_result(out)["start_step"] == start
-  resumed = assert_continues_from(logged_records(workdir), start, first=len(killed))
-  assert [r["step"] for r in resumed] == [start + 1, *range(start + 5, 41, 5)]
-  # ... and its metrics continue the uninterrupted run's, step for step.
-  uninterrupted = {r["step"]: r for r in logged_records(tmp_path / "uninterrupted")}
-  for record in resumed[1:]:
-    assert {k: record[k] for k in TRAIN_METRICS} == {
-        k: uninterrupted[record["step"]][k] for k in TRAIN_METRICS}, record["step"]
-  step, resumed_params = final_params(workdir)
-  assert step == 40
-  assert_trees_equal(resumed_params, expected)
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ that ends bit-identical to an uninterrupted run.
 
 One uninterrupted 2-process run (a module fixture) is the reference of two tests: each trainer
 process costs ~15 s of CPU to start, most of this suite's time."""
-import json
 import re
 import shutil
 import signal
@@ -16,12 +15,9 @@ import numpy as np
 import pytest
 
 from big_vision_relu import multihost, preemption
-from trainer_processes import (assert_trees_equal, final_params, spawn_pair, spawn_trainer,
+from trainer_processes import (TRAIN_METRICS, assert_continues_from, assert_trees_equal,
+                               final_params, logged_records, spawn_pair, spawn_trainer,
                                tiny_config, workdir_files, write_config)
-
-
-def _metrics(workdir) -> list[dict]:
-  return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +51,7 @@ def test_two_processes_equal_one_process(uninterrupted_pair, tmp_path):
   _, multi_params = final_params(multi)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=0),
                multi_params, single_params)
-  single_m, multi_m = _metrics(single), _metrics(multi)
+  single_m, multi_m = logged_records(single), logged_records(multi)
   assert single_m[-1]["test/num_examples"] == multi_m[-1]["test/num_examples"] == 100
   assert multi_m[-1]["test/prec@1"] == pytest.approx(single_m[-1]["test/prec@1"], abs=1e-6)
   # Only process 0 printed the final metrics.
@@ -180,12 +176,22 @@ def test_two_processes_kill9_of_the_coordinator_stops_the_other_then_resume(unin
   assert len(lines) == 1, log[-3000:]
   assert "process 0" in lines[0], lines[0]
   assert f"resumes from checkpoint {step} in {checkpoints}." in lines[0], lines[0]
+  killed = logged_records(workdir)
 
   logs = [tmp_path / f"resumed{i}.log" for i in range(2)]
   for proc in spawn_pair(path, workdir, logs=logs):
     assert proc.wait(timeout=400) == 0, logs[0].read_text()[-3000:]
   assert f"Resumed from step {step} " in logs[0].read_text()
-  final_step, resumed = final_params(workdir)
+  # The log continues from the checkpoint (the first step of a start is logged too), each step
+  # once, with the uninterrupted run's metrics step for step ...
+  resumed = assert_continues_from(logged_records(workdir), step, first=len(killed))
+  assert [r["step"] for r in resumed] == [step + 1, *range(step + 5, 21, 5)]
+  expected = {r["step"]: r for r in logged_records(uninterrupted)}
+  for record in resumed[1:]:
+    assert {k: record[k] for k in TRAIN_METRICS} == {
+        k: expected[record["step"]][k] for k in TRAIN_METRICS}, record["step"]
+  assert resumed[-1]["test/prec@1"] == expected[20]["test/prec@1"]
+  # ... and it ends with the same bits.
+  final_step, params = final_params(workdir)
   assert final_step == 20
-  assert_trees_equal(resumed, final_params(uninterrupted)[1])
-  assert _metrics(workdir)[-1]["test/prec@1"] == _metrics(uninterrupted)[-1]["test/prec@1"]
+  assert_trees_equal(params, final_params(uninterrupted)[1])

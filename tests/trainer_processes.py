@@ -1,6 +1,7 @@
 """What the trainer's tests share (test_train.py, test_train_pods.py): the main job's config
 shrunk to seconds, real `python -m big_vision_relu.train` processes, and reading a workdir's
 newest checkpoint."""
+import json
 import os
 import pathlib
 import socket
@@ -46,6 +47,24 @@ def final_params(workdir) -> tuple[int, dict]:
                           metadata)
     state = checkpointer.restore(path, target)
   return step, jax.tree.map(np.asarray, state["params"])
+
+def logged_records(workdir) -> list[dict]:
+  """metrics.jsonl: one dict per logged step, in the order written (a resumed run appends)."""
+  return [json.loads(line) for line in
+          (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_continues_from(records: list[dict], start_step: int, first: int) -> list[dict]:
+  """The records from index `first` on are a run resumed at `start_step`: they begin at
+  start_step + 1 and none of the steps up to start_step was logged twice. Returns them."""
+  resumed = records[first:]
+  assert resumed and resumed[0]["step"] == start_step + 1, [r["step"] for r in records]
+  steps = [r["step"] for r in records if r["step"] <= start_step]
+  assert len(steps) == len(set(steps)), steps
+  return resumed
+
+
+TRAIN_METRICS = ("training_loss", "l2_grads", "l2_params", "l2_updates", "lr")
 
 
 def workdir_files(directory) -> dict[str, bytes]:
