@@ -12,7 +12,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from big_vision_relu import config as cfg_lib
@@ -23,17 +22,9 @@ from big_vision_relu import train as train_lib
 from big_vision_relu import workdir_config
 
 from trainer_processes import (MAIN_CONFIG, TRAIN_METRICS, assert_continues_from,
-                               assert_trees_equal, final_params, logged_records, spawn_trainer,
-                               tiny_config, workdir_files, write_config)
-
-
-def assert_trees_close(a, b, atol):
-  flat_a, flat_b = jax.tree_util.tree_leaves_with_path(a), jax.tree_util.tree_leaves_with_path(b)
-  assert [p for p, _ in flat_a] == [p for p, _ in flat_b]
-  for (path, x), (_, y) in zip(flat_a, flat_b):
-    np.testing.assert_allclose(x, y, atol=atol, rtol=0, err_msg=jax.tree_util.keystr(path))
-
-
+                               assert_trees_close, assert_trees_equal, final_params,
+                               logged_records, spawn_trainer, tiny_config, workdir_files,
+                               write_config)
 
 
 # ------------------------------------------------------------------ sharded == unsharded

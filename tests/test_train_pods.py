@@ -11,13 +11,12 @@ import subprocess
 import time
 
 import jax
-import numpy as np
 import pytest
 
 from big_vision_relu import multihost, preemption
-from trainer_processes import (TRAIN_METRICS, assert_continues_from, assert_trees_equal,
-                               final_params, logged_records, spawn_pair, spawn_trainer,
-                               tiny_config, workdir_files, write_config)
+from trainer_processes import (TRAIN_METRICS, assert_continues_from, assert_trees_close,
+                               assert_trees_equal, final_params, logged_records, spawn_pair,
+                               spawn_trainer, tiny_config, workdir_files, write_config)
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +48,7 @@ def test_two_processes_equal_one_process(uninterrupted_pair, tmp_path):
   assert proc.returncode == 0, out[-3000:]
   _, single_params = final_params(single)
   _, multi_params = final_params(multi)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=0),
-               multi_params, single_params)
+  assert_trees_close(multi_params, single_params, atol=1e-5)
   single_m, multi_m = logged_records(single), logged_records(multi)
   assert single_m[-1]["test/num_examples"] == multi_m[-1]["test/num_examples"] == 100
   assert multi_m[-1]["test/prec@1"] == pytest.approx(single_m[-1]["test/prec@1"], abs=1e-6)

@@ -73,6 +73,14 @@ def workdir_files(directory) -> dict[str, bytes]:
           for p in sorted(pathlib.Path(directory).rglob("*")) if p.is_file()}
 
 
+def assert_trees_close(a, b, atol):
+  """The same tree paths, the values within `atol`."""
+  flat_a, flat_b = jax.tree_util.tree_leaves_with_path(a), jax.tree_util.tree_leaves_with_path(b)
+  assert [p for p, _ in flat_a] == [p for p, _ in flat_b]
+  for (path, x), (_, y) in zip(flat_a, flat_b):
+    np.testing.assert_allclose(x, y, atol=atol, rtol=0, err_msg=jax.tree_util.keystr(path))
+
+
 def assert_trees_equal(a, b):
   jax.tree.map(np.testing.assert_array_equal, a, b)
 
