@@ -25,7 +25,9 @@ os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_CACHE_VARIABLE]
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 
 import importlib.util
+import json
 import pathlib
+import resource
 import socket
 
 import pytest
@@ -34,6 +36,31 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Fixtures shared by test modules, as plugins: registered here, before the modules import them,
 # so pytest rewrites their asserts.
 pytest_plugins = ("tpu_scripts",)
+
+
+def pytest_addoption(parser):
+  parser.addoption(
+      "--cpu_seconds", metavar="PATH",
+      help="append one JSON line per test to PATH: its CPU seconds, those of its process and of "
+           "every process it started and waited for (the suite's budget is CPU on 2 cores; "
+           "--durations shows wall time, which tests sharing the cores inflate)")
+
+
+def _cpu_seconds() -> float:
+  """CPU seconds of this process and of its children that were waited for."""
+  usages = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+  return sum(u.ru_utime + u.ru_stime for u in usages)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  path = item.config.getoption("--cpu_seconds")
+  before = _cpu_seconds()
+  yield
+  if path:  # set-up (module fixtures too), call and teardown
+    with open(path, "a") as f:
+      f.write(json.dumps({"test": item.nodeid, "cpu_s": round(_cpu_seconds() - before, 2)})
+              + "\n")
 
 
 def load_config_module(relative_path: str):

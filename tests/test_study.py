@@ -87,11 +87,27 @@ def _study(root, archive, *args, data_dir):
                         check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-def test_a_two_run_study_trains_archives_reports_and_resumes(offline_data_dir, tmp_path):
-  root, archive = tmp_path / "repro", tmp_path / "archive"
+@pytest.fixture(scope="module")
+def two_run_study(offline_data_dir, tmp_path_factory):
+  """(root, archive) of a study that trained phase 0's first two runs (runlocal), at once, each
+  on a core of its own, as the study trains. The tests below work on copies of what it left."""
+  base = tmp_path_factory.mktemp("two_run_study")
+  root, archive = base / "repro", base / "archive"
   done = _study(root, archive, "--phases", "0", "--max_runs", "2", "--config_args", "runlocal",
                 data_dir=offline_data_dir)
   assert done.returncode == 0, done.stderr[-3000:]
+  return root, archive
+
+
+def _copy(two_run_study, tmp_path):
+  """A copy of the study's (root, archive) under tmp_path."""
+  return tuple(shutil.copytree(path, tmp_path / path.name, symlinks=True)
+               for path in two_run_study)
+
+
+def test_a_two_run_study_trains_archives_reports_and_resumes(two_run_study, offline_data_dir,
+                                                             tmp_path):
+  root, archive = _copy(two_run_study, tmp_path)
   first_two = repro.PLAN.runs([repro.PHASES[0]])[:2]
   for item in first_two:
     assert archive_lib.status(root, archive, item.run) == "finished"
@@ -167,27 +183,38 @@ def test_a_study_without_its_trainers_malloc_refuses_to_start(tmp_path, monkeypa
                 niceness=0)
 
 
-def test_the_trainers_malloc_changes_their_speed_not_their_results(offline_data_dir, tmp_path):
+def test_the_trainers_malloc_changes_their_speed_not_their_results(two_run_study,
+                                                                   offline_data_dir, tmp_path):
   """The study's trainers changed allocator mid-study (glibc's, glibc's with huge pages,
   tcmalloc; docs/benchmarks.md section 3): legitimate only if a trainer computes the same bits
-  with each. The run with glibc's malloc is trained once and compared with the other two."""
-  config = "configs/repro/mnist_vit.py:size=Ti,patch=4,runlocal"
+  with each. The study's first run (tcmalloc, one core) is trained again with glibc's malloc
+  and with glibc's with huge pages, at once, each on one core as the study's trainers run."""
+  item = repro.PLAN.runs([repro.PHASES[0]])[0]
+  workdirs = {"tcmalloc": archive_lib.run_dir(two_run_study[0], item.run)}
   plain = {**os.environ, "TFDS_DATA_DIR": offline_data_dir, "JAX_PLATFORMS": "cpu",
            "XLA_FLAGS": ""}
   for name in provenance.SPEED_ENV:
     plain.pop(name, None)
   allocators = {"glibc": plain,
-                "hugetlb": {**plain, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
-                "tcmalloc": {**plain, "LD_PRELOAD": study.TRAINER_MALLOC}}
+                "hugetlb": {**plain, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}}
+  cores = sorted(os.sched_getaffinity(0))
+  trainers = {}
+  for i, (name, env) in enumerate(allocators.items()):
+    workdirs[name] = tmp_path / name
+    trainers[name] = subprocess.Popen(
+        [*study.PINNED_LAUNCHER, f"--core={cores[i % len(cores)]}", "--", sys.executable, "-m",
+         "big_vision_relu.train", "--config", f"{item.run.config_arg},runlocal", "--workdir",
+         str(workdirs[name])], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+  logs = {name: trainer.communicate(timeout=600)[0] for name, trainer in trainers.items()}
+  logs["tcmalloc"] = (workdirs["tcmalloc"] / "train.log").read_text()
+  for name, trainer in trainers.items():
+    assert trainer.returncode == 0, logs[name][-3000:]
+  for name, log in logs.items():
+    assert "cannot be preloaded" not in log, name  # the loader's warning for a missing library
   speed = ("core_hours", "img/sec/core")  # what the allocator is for
   states, metrics = {}, {}
-  for name, env in allocators.items():
-    workdir = tmp_path / name
-    done = subprocess.run([sys.executable, "-m", "big_vision_relu.train", "--config", config,
-                           "--workdir", str(workdir)], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "cannot be preloaded" not in done.stderr  # the loader's warning for a missing library
+  for name, workdir in workdirs.items():
     last = max(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
     states[name] = jax.tree.leaves(checkpoint.read_state(
         workdir / "checkpoints" / str(last), jax.sharding.SingleDeviceSharding(jax.devices()[0])))
@@ -323,16 +350,15 @@ def test_archiving_replaces_an_older_copy_whole_and_leaves_checkpoints_behind(tm
     assert (row.status, row.value("test/prec@1")) == ("finished", 0.9)
 
 
-def test_a_run_parked_and_resumed_on_a_fresh_machine_ends_as_if_never_stopped(offline_data_dir,
+def test_a_run_parked_and_resumed_on_a_fresh_machine_ends_as_if_never_stopped(two_run_study,
+                                                                               offline_data_dir,
                                                                                tmp_path):
   """A run parked in the archive while its study trains on (--park, as launch/study.sh's park
   and stop do), resumes on a machine that has only the archive from the parked step, and ends
   with the metrics of the same run trained without a stop."""
-  root, archive = tmp_path / "root", tmp_path / "archive"
+  root, archive = _copy(two_run_study, tmp_path)
   item = repro.PLAN.runs([repro.PHASES[0]])[0]
   args = ("--phases", "0", "--max_runs", "1", "--config_args", "runlocal")
-  done = _study(root, archive, *args, data_dir=offline_data_dir)
-  assert done.returncode == 0, done.stderr[-3000:]
   whole = metrics_lib.read_metrics(archive_lib.archived_dir(archive, item.run))
   # What a trainer past its step-2 checkpoint leaves (the runlocal run checkpoints every 2 of
   # its 4 steps): the step-4 checkpoint still being written, the step-4 metrics line half
@@ -376,6 +402,6 @@ def test_a_run_parked_and_resumed_on_a_fresh_machine_ends_as_if_never_stopped(of
   shutil.rmtree(root)
   rearchived = _study(root, archive, "--phases", "0", "--max_runs", "0",
                       data_dir=offline_data_dir)
-  assert "5 of 6 runs to do" in rearchived.stderr, rearchived.stderr[-3000:]
+  assert "4 of 6 runs to do" in rearchived.stderr, rearchived.stderr[-3000:]
   assert metrics_lib.read_metrics(archived) == again
   assert not parking.parked_dir(archive, item.run.run_id).exists()

@@ -122,8 +122,8 @@ class _Records:
 def _labels(source: Sequence[bytes], deserialize: Callable[[tf.Tensor], dict],
             key: str) -> np.ndarray:
   """The `key` feature of every record of `source`, in record order (int64 `[n]`)."""
-  ds = tf.data.Dataset.range(len(source)).batch(1024).map(lambda r: _fetch(source, r))
-  ds = ds.unbatch().map(lambda s: deserialize(s)[key], num_parallel_calls=tf.data.AUTOTUNE)
+  ds = _map(tf.data.Dataset.range(len(source)).batch(1024), lambda r: _fetch(source, r))
+  ds = _map(ds.unbatch(), lambda s: deserialize(s)[key], num_parallel_calls=tf.data.AUTOTUNE)
   return np.concatenate(list(ds.batch(4096).as_numpy_iterator())).astype(np.int64)
 
 
@@ -158,6 +158,13 @@ def _open(data: Mapping[str, Any]) -> tuple[Sequence[bytes], Callable[[tf.Tensor
                                spec["num_examples"], spec["seed"], spec["part"])
     source = _Records(source, numbers)
   return source, deserialize
+
+
+def _map(ds: tf.data.Dataset, fn: Callable, **kwargs) -> tf.data.Dataset:
+  """`ds.map(fn, **kwargs)` without autograph. This module's functions (and the pp ops) have no
+  Python control flow over tensors; autograph's re-parse of their source costs ~2 s of a core
+  per process, and once lost a lambda's closure (NameError: 'num_padding')."""
+  return ds.map(tf.autograph.experimental.do_not_convert(fn), **kwargs)
 
 
 def _fetch(source: Sequence[bytes], records: tf.Tensor) -> tf.Tensor:
@@ -215,26 +222,34 @@ def training_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *
     example = preprocess({**deserialize(serialized), pp_lib.RNG_KEY: rng})
     return {k: v for k, v in example.items() if k != pp_lib.RNG_KEY}
 
-  ds = tf.data.Dataset.counter(start=start_step * host_batch, dtype=tf.int64).map(locate)
+  ds = _map(tf.data.Dataset.counter(start=start_step * host_batch, dtype=tf.int64), locate)
   # One read call per host batch, made one batch ahead while the previous one is preprocessed.
-  ds = ds.batch(host_batch).map(lambda records, rngs: (_fetch(source, records), rngs))
-  ds = ds.prefetch(1).unbatch().map(process, num_parallel_calls=tf.data.AUTOTUNE)
+  ds = _map(ds.batch(host_batch), lambda records, rngs: (_fetch(source, records), rngs))
+  ds = _map(ds.prefetch(1).unbatch(), process, num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(host_batch, drop_remainder=True).prefetch(prefetch)
   return Batches(ds)
 
 
 def eval_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *,
+                 process_index: int, process_count: int, prefetch: int = 2) -> Batches:
+  """One pass of `eval_dataset` (same arguments)."""
+  return Batches(eval_dataset(data, pp, global_batch_size, process_index=process_index,
+                              process_count=process_count, prefetch=prefetch))
+
+
+def eval_dataset(data: Mapping[str, str], pp: str, global_batch_size: int, *,
                  process_index: int, process_count: int,
-                 prefetch: int = 2) -> Batches:
-  """One pass over this process's share of the split, padded to `num_eval_steps` batches.
+                 prefetch: int = 2) -> tf.data.Dataset:
+  """This process's share of the split, padded to `num_eval_steps` batches; each iteration
+  is one pass (an evaluator builds it once and iterates it at every evaluation).
 
   Args:
     data: {'name', 'split', 'data_dir' (optional)} as for `training_batches`.
     pp: deterministic pp string; all its outputs must have the same shapes.
     global_batch_size, process_index, process_count, prefetch: as for `training_batches`.
 
-  Yields:
-    dicts of numpy arrays with leading dim global_batch_size / process_count: the pp output
+  Yields (as numpy, through `Batches`):
+    dicts of arrays with leading dim global_batch_size / process_count: the pp output
     keys, plus `_mask` (bool): True for real examples, False for zero padding, and `_record`
     (int32): the example's record number in the split, -1 for padding.
   """
@@ -247,22 +262,20 @@ def eval_batches(data: Mapping[str, str], pp: str, global_batch_size: int, *,
                  - (stop - start))
 
   def read(records: tf.data.Dataset) -> tf.data.Dataset:
-    ds = records.batch(host_batch).map(lambda r: (r, _fetch(source, r))).prefetch(1)
-    return ds.unbatch().map(
+    ds = _map(records.batch(host_batch), lambda r: (r, _fetch(source, r))).prefetch(1)
+    return _map(
+        ds.unbatch(),
         lambda r, s: {**preprocess(deserialize(s)), RECORD_KEY: tf.cast(r, tf.int32)},
         num_parallel_calls=tf.data.AUTOTUNE)
 
   real = read(tf.data.Dataset.range(start, stop))
   # Padding copies the shapes of the split's first example (known also to processes whose
   # share is empty), zeroed; one extra read per pass, and no need for static pp shapes.
-  # Not converted by autograph (no Python control flow here): its re-parse of a lambda in
-  # this place once lost the closure (NameError: 'num_padding', both processes of a job).
-  @tf.autograph.experimental.do_not_convert
+  @tf.autograph.experimental.do_not_convert  # as in _map
   def zero_copies(example: dict) -> tf.data.Dataset:
     zeros = {**tf.nest.map_structure(tf.zeros_like, example), MASK_KEY: False, RECORD_KEY: -1}
     return tf.data.Dataset.from_tensors(zeros).repeat(num_padding)
 
   padding = read(tf.data.Dataset.range(1)).flat_map(zero_copies)
-  real = real.map(lambda example: {**example, MASK_KEY: True})
-  ds = real.concatenate(padding).batch(host_batch, drop_remainder=True).prefetch(prefetch)
-  return Batches(ds)
+  real = _map(real, lambda example: {**example, MASK_KEY: True})
+  return real.concatenate(padding).batch(host_batch, drop_remainder=True).prefetch(prefetch)
