@@ -55,12 +55,13 @@ def _cpu_seconds() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
   path = item.config.getoption("--cpu_seconds")
+  if not path:
+    yield
+    return
   before = _cpu_seconds()
-  yield
-  if path:  # set-up (module fixtures too), call and teardown
-    with open(path, "a") as f:
-      f.write(json.dumps({"test": item.nodeid, "cpu_s": round(_cpu_seconds() - before, 2)})
-              + "\n")
+  yield  # set-up (module fixtures too), call and teardown
+  with open(path, "a") as f:
+    f.write(json.dumps({"test": item.nodeid, "cpu_s": round(_cpu_seconds() - before, 2)}) + "\n")
 
 
 def load_config_module(relative_path: str):

@@ -162,8 +162,8 @@ def _open(data: Mapping[str, Any]) -> tuple[Sequence[bytes], Callable[[tf.Tensor
 
 def _map(ds: tf.data.Dataset, fn: Callable, **kwargs) -> tf.data.Dataset:
   """`ds.map(fn, **kwargs)` without autograph. This module's functions (and the pp ops) have no
-  Python control flow over tensors; autograph's re-parse of their source costs ~2 s of a core
-  per process, and once lost a lambda's closure (NameError: 'num_padding')."""
+  Python control flow over tensors; autograph's re-parse of their source costs time at every
+  start (see pp/registry.py), and once lost a lambda's closure (NameError: 'num_padding')."""
   return ds.map(tf.autograph.experimental.do_not_convert(fn), **kwargs)
 
 

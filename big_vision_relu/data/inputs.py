@@ -155,9 +155,9 @@ class EvalData:
   """One eval split with its (deterministic) pp, as global batches sharded over `data_axis`.
 
   Built once per evaluator: it checks the data now (`num_examples`); the memory pipeline keeps
-  its arrays and its jitted pp, the tfds one its tf.data graph. Iterating is one pass: every process yields the same
-  number of batches (the last ones padded; `_mask` False), each contributing its share of the
-  split (batching.py).
+  its arrays and its jitted pp, the tfds one its tf.data graph. Iterating is one pass: every
+  process yields the same number of batches (the last ones padded; `_mask` False), each
+  contributing its share of the split (batching.py).
   """
 
   def __init__(self, data: Mapping[str, Any], pp: str, batch_size: int, *, pipeline: str,
