@@ -29,6 +29,7 @@ import json
 import pathlib
 import resource
 import socket
+import time
 
 import pytest
 
@@ -43,7 +44,8 @@ def pytest_addoption(parser):
       "--cpu_seconds", metavar="PATH",
       help="append one JSON line per test to PATH: its CPU seconds, those of its process and of "
            "every process it started and waited for (the suite's budget is CPU on 2 cores; "
-           "--durations shows wall time, which tests sharing the cores inflate)")
+           "--durations shows wall time, which tests sharing the cores inflate), and its "
+           "xdist worker, start time and wall seconds (how the two workers were loaded)")
 
 
 def _cpu_seconds() -> float:
@@ -58,10 +60,13 @@ def pytest_runtest_protocol(item, nextitem):
   if not path:
     yield
     return
-  before = _cpu_seconds()
+  before, start = _cpu_seconds(), time.time()
   yield  # set-up (module fixtures too), call and teardown
+  record = {"test": item.nodeid, "cpu_s": round(_cpu_seconds() - before, 2),
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", "master"),
+            "start": round(start, 2), "wall_s": round(time.time() - start, 2)}
   with open(path, "a") as f:
-    f.write(json.dumps({"test": item.nodeid, "cpu_s": round(_cpu_seconds() - before, 2)}) + "\n")
+    f.write(json.dumps(record) + "\n")
 
 
 def load_config_module(relative_path: str):
