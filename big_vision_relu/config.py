@@ -112,7 +112,8 @@ def parse_arg(arg: str | None, **spec: Any) -> ml_collections.ConfigDict:
   """Parses a config argument like 'variant=B/16,runlocal' against defaults in `spec`.
 
   A bare boolean name sets it to True ('runlocal'); any other bare first value goes to the
-  first key ('B/16' -> variant='B/16'). Values take the type of their default. Unknown keys raise ValueError.
+  first key ('B/16' -> variant='B/16'). Values take the type of their default. Unknown keys
+  raise ValueError.
   """
   values = dict(spec)
   if arg:

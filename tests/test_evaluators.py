@@ -170,8 +170,8 @@ def test_the_registry_gives_every_evaluator_the_model(monkeypatch):
 
 @pytest.mark.parametrize("given,expected", [
     (dict(type="classification", data=DIGITS, pp_fn="decode", batch_size=8, label_map=None),
-     dict(type="classification", data=dict(DIGITS, data_dir=None, holdout=None), pp_fn="decode", batch_size=8,
-          loss_name=None, label_map=None, pred="logits", **NO_CADENCE)),
+     dict(type="classification", data=dict(DIGITS, data_dir=None, holdout=None), pp_fn="decode",
+          batch_size=8, loss_name=None, label_map=None, pred="logits", **NO_CADENCE)),
     (dict(type="fewshot", datasets={"digits": ("digits", "train", "test")}, pp_train="a",
           pp_eval="b", batch_size=8, seeds=[3], data_dir=None, log_steps=5),
      dict(type="fewshot", datasets={"digits": ("digits", "train", "test")}, data_dir=None,

@@ -23,7 +23,8 @@ def test_the_core_finds_every_study_by_name_and_only_those():
   assert set(PINNED) <= set(plans.names())
   for name in plans.names():
     assert plans.load(name).name == name
-  with pytest.raises(ValueError, match="the studies are alpha_length, alpha_length_controls, fmnist, repro"):
+  with pytest.raises(ValueError,
+                     match="the studies are alpha_length, alpha_length_controls, fmnist, repro"):
     plans.load("fmnist_vit")
   with pytest.raises(ValueError, match=r"No sweep 'fig5'; the study's sweeps are \['fig1'"):
     plans.load("repro").runs([("fig5", {})])

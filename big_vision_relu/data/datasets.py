@@ -53,7 +53,8 @@ def _build_command(name: str, data_dir: str) -> str:
     flag = f" --release={release}" if base_name == "imagenet21k" else ""
     return f"{_OWN_BUILD_COMMANDS[base_name]}{flag} --data_dir={data_dir}"
   # Not `tfds build`: TFDS 4.9's CLI does not start without apache_beam.
-  return f"python -m big_vision_relu.data.prepare --download --datasets={name} --data_dir={data_dir}"
+  return (f"python -m big_vision_relu.data.prepare --download --datasets={name} "
+          f"--data_dir={data_dir}")
 
 
 def prepare(builder: tfds.core.DatasetBuilder) -> None:

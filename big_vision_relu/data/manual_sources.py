@@ -66,8 +66,9 @@ SOURCES: Mapping[str, ManualSource] = {
                        _CARS + "cars_test.tgz"),
             SourceFile("cars_test_annos_withlabels.mat", 185758,
                        "790f75be8ea34eeded134cc559332baf23e30e91367e9ddca97d26ed9b895f05",
-                       "the copy linked from https://github.com/pytorch/vision/issues/7545#issuecomment-"
-                       "1631441616, or " +
+                       "the copy linked from "
+                       "https://github.com/pytorch/vision/issues/7545#issuecomment-1631441616, "
+                       "or " +
                        _CARS + "cars_test_annos_withlabels.mat"),
         ),
         note="Kaggle's Stanford Cars copies hold unpacked images, not these archives: they "

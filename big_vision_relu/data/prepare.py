@@ -12,9 +12,10 @@ from the four IDX files that `apt-get install dataset-fashion-mnist` puts in
 are sha256-checked first). Run it once before a multi-host job that shares a data dir, so hosts
 do not race to build. `cars196` and `caltech_birds2011` come from files fetched by hand into
 `--manual_dir` (`manual_sources.py` lists them; their sizes and sha256 are checked before TFDS
-builds); with `--download` and no `--manual_dir`, caltech_birds2011 is TFDS's own download. Any other TFDS dataset is downloaded and built with `--download`, on a machine with
-network (the error of any pipeline that needs one says exactly how); `--manual_dir` is passed
-to those that need manual files (e.g. imagenet2012).
+builds); with `--download` and no `--manual_dir`, caltech_birds2011 is TFDS's own download.
+Any other TFDS dataset is downloaded and built with `--download`, on a machine with network
+(the error of any pipeline that needs one says exactly how); `--manual_dir` is passed to those
+that need manual files (e.g. imagenet2012).
 """
 import tensorflow_datasets as tfds
 from absl import app, flags

@@ -39,9 +39,9 @@ Arguments (`fmnist_vit.py:key=value,...`):
 Sizes keep the head dimension at 32 and grow in width (depth 4, MLP 4x width):
   Ti: width 64, 2 heads (the main model);  S: 96, 3 heads;  B: 128, 4 heads.
 
-With validation=5000, eval_points=20, epochs=40 (the alpha-length study, docs/alpha_length.md) the run
-trains on the other 55,000 images and logs val/prec@1, val/loss beside test/prec@1, test/loss at
-21 points.
+With validation=5000, eval_points=20, epochs=40 (the alpha-length study, docs/alpha_length.md)
+the run trains on the other 55,000 images and logs val/prec@1, val/loss beside test/prec@1,
+test/loss at 21 points.
 
 Expected (the study's runs, docs/reproduction.md 1): at L = 196 after 20 epochs, test accuracy
 0.897-0.899 for relu/L (alpha 1) and 0.898-0.900 for softmax over seeds 0-2; 2.8-3.3 core hours a
