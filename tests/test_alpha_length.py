@@ -206,8 +206,21 @@ def test_the_report_redraws_the_interim_verdict_from_an_archive(tmp_path):
       val = (0.9 - 0.03 * (a["alpha"] - 1.0) ** 2 if a["attention"] == "relu"
              else 0.89 if a["attention"] == "softmax" else 0.85) + 1e-5 * rng.standard_normal()
       _write_run(tmp_path, run, val, val - 0.002)
+  (tmp_path / "baselines").mkdir()
+  (tmp_path / "baselines" / "p7.json").write_text(json.dumps({
+      "val/pixel_1nn": 0.85, "test/pixel_1nn": 0.84, "val/pixel_ridge": 0.82,
+      "test/pixel_ridge": 0.81, "fewshot/pixels/10shot_avg": 0.78,
+      **{f"{split}/random_init/seed{seed}/{probe}": value + 0.02 * seed - 0.01 * (split == "test")
+         for split in ("val", "test") for seed in (0, 1)
+         for probe, value in (("1nn", 0.60), ("ridge", 0.70))},
+      **{f"fewshot/random_init/seed{seed}/10shot_avg": 0.4 + 0.1 * seed for seed in (0, 1)},
+      "fewshot/random_init/seed0/10shot_loo_avg": 0.9}))
   path = report.write(tmp_path, tmp_path / "out")
   text = path.read_text()
+  assert ("- L = 16: pixel 1-NN val 0.8500, test 0.8400; pixel ridge val 0.8200, test 0.8100; "
+          "the random network (seed mean) 1-NN val 0.6100, test 0.6000, ridge val 0.7100, test "
+          "0.7000; 10-shot transfer: raw pixels 0.780, random init 0.450") in text
+  assert "- L = 49: not computed" in text
   assert "54 of 75 runs archived, 27.0 core hours" in text
   assert "**interim verdict (16, 49): supports H1**" in text
   assert "L = 16: alpha* = 1.00" in text and "L = 196 (patch 2)" in text

@@ -1,8 +1,11 @@
-"""The trivial baselines: raw-pixel 1-NN and ridge against numpy float64 references, and the
-whole `baselines.compute` on the main job's config against an independent read of the data."""
+"""The trivial baselines: 1-NN and ridge against numpy float64 references, and the whole
+`baselines.compute` on the main job's config against an independent read of the data and an
+independent forward pass of the random network."""
+import jax
 import numpy as np
 import pytest
 
+from big_vision_relu import run as run_lib
 from big_vision_relu.experiments import baselines, sweep
 from big_vision_relu.evaluators import fewshot
 from conftest import ROOT
@@ -25,16 +28,16 @@ def _numpy_ridge(x_train, y_train, x_test, alpha=1.0):
   return classes[np.argmax((x_test - x_mean) @ w + t_mean, axis=1)]
 
 
-def test_pixel_classifiers_equal_numpy_references():
+def test_classifiers_equal_numpy_references():
   rng = np.random.default_rng(0)
   centers = rng.normal(size=(4, 20))
   y_train, y_test = rng.integers(0, 4, 200), rng.integers(0, 4, 80)
   x_train = centers[y_train] + 1.5 * rng.normal(size=(200, 20))
   x_test = centers[y_test] + 1.5 * rng.normal(size=(80, 20))
-  got = baselines.pixel_classifiers(x_train, y_train, x_test, y_test)
-  assert got["pixel_1nn"] == np.mean(_numpy_1nn(x_train, y_train, x_test) == y_test)
-  assert got["pixel_ridge"] == np.mean(_numpy_ridge(x_train, y_train, x_test) == y_test)
-  assert 0.3 < got["pixel_1nn"] < 1 and 0.3 < got["pixel_ridge"] < 1  # not trivially 0 or 1
+  got = baselines.classifiers(x_train, y_train, x_test, y_test)
+  assert got["1nn"] == np.mean(_numpy_1nn(x_train, y_train, x_test) == y_test)
+  assert got["ridge"] == np.mean(_numpy_ridge(x_train, y_train, x_test) == y_test)
+  assert 0.3 < got["1nn"] < 1 and 0.3 < got["ridge"] < 1  # not trivially 0 or 1
 
 
 def _pixels_and_labels(name, split, data_dir):
@@ -77,3 +80,19 @@ def test_compute_on_the_main_jobs_config(offline_data_dir, monkeypatch):
   # The random networks: one set of numbers per seed, different seeds differ.
   seed0, seed1 = (results[f"fewshot/random_init/seed{s}/digits_10shot"] for s in (0, 1))
   assert 0.1 <= seed0 <= 1 and 0.1 <= seed1 <= 1 and seed0 != seed1
+
+  # The random network's probes: its pre_logits on the independently read pixels, by the numpy
+  # references (float64 here, float32 in the pipeline: a near tie may flip an image or two).
+  run = run_lib.setup(config)
+  params = jax.jit(run.init_state)(jax.random.PRNGKey(1))["params"]
+
+  def embed(x):
+    images = x.reshape(-1, 28, 28, 1).astype(np.float32)
+    return np.asarray(run.model.apply({"params": params}, images, train=False)[1]["pre_logits"],
+                      np.float64)
+  f_train, f_test = embed(x_train), embed(x_test)
+  for key, predict in (("1nn", _numpy_1nn), ("ridge", _numpy_ridge)):
+    got = results[f"test/random_init/seed1/{key}"]
+    assert abs(got - np.mean(predict(f_train, y_train, f_test) == y_test)) <= 2 / len(y_test)
+    assert 0.5 < got < results["test/pixel_1nn"]  # above chance (0.1), below 1-NN on pixels
+  assert results["test/random_init/seed0/ridge"] != results["test/random_init/seed1/ridge"]
