@@ -363,14 +363,17 @@ echo "building $*"
 sleep 1
 if [ -n "${FAKE_PROGRESS-}" ]; then
   for i in 1 2 3; do
-    printf '\\rGenerating train examples...:  %d%%|#   | %d/300 [00:0%d<00:0%d, 100.00 examples/s]' \\
-      $((i * 33)) $((i * 100)) $i $((3 - i)) >&2
+    printf '\\rGenerating train examples...:  %d%%|#   | %d/300 ' $((i * 33)) $((i * 100)) >&2
+    printf '[00:0%d<00:0%d, 100.00 examples/s]' $i $((3 - i)) >&2
     sleep 1
   done
   echo
 fi
 echo "end $(date +%s.%N) $*" >> "$HOME/builds.txt"
-if [ -n "${FAKE_FAIL-}" ] && [[ " $* " == *"$FAKE_FAIL"* ]]; then echo "boom: $FAKE_FAIL"; exit 3; fi
+if [ -n "${FAKE_FAIL-}" ] && [[ " $* " == *"$FAKE_FAIL"* ]]; then
+  echo "boom: $FAKE_FAIL"
+  exit 3
+fi
 '''
 
 
@@ -410,7 +413,8 @@ def test_fake_data_vm_builds_everything_at_once_reports_a_failure_and_is_deleted
   starts = {b[4]: b for b in builds if b[0] == "start"}
   assert set(starts) == {f"{PREPARE} --datasets=cifar100 {BUILD_FLAGS}",
                          f"{PREPARE} --datasets=dtd {BUILD_FLAGS}",
-                         f"{PREPARE} --datasets=cars196 {BUILD_FLAGS} --manual_dir=gs://bucket/cars"}
+                         f"{PREPARE} --datasets=cars196 {BUILD_FLAGS} "
+                         "--manual_dir=gs://bucket/cars"}
   for _, _, tmpdir, cwd, _ in starts.values():
     assert tmpdir == str(home / "tmp") and cwd == str(home / "big_vision_relu")
   ends = [float(b[1]) for b in builds if b[0] == "end"]

@@ -121,7 +121,8 @@ def test_launch_study_sh_names_the_plans_and_reports_through_them(tmp_path):
                           capture_output=True, text=True, timeout=300, check=False)
   unknown = launch("nope", "status")
   assert unknown.returncode == 2
-  assert "usage: bash launch/study.sh alpha_length|alpha_length_controls|fmnist|repro" in unknown.stderr
+  assert ("usage: bash launch/study.sh alpha_length|alpha_length_controls|fmnist|repro"
+          in unknown.stderr)
   reported = launch("alpha_length", "report")  # its PLAN's report module, on an empty archive
   assert reported.returncode == 0, reported.stderr[-3000:]
   assert reported.stdout.split() == [str(tmp_path / "docs" / "results.md")]
