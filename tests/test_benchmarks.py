@@ -2,7 +2,9 @@
 quote; their paired-ratio statistics match numpy. Their numbers are not asserted: speed is
 measured by running them (docs/benchmarks.md), not in tests."""
 import functools
+import json
 import os
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -14,6 +16,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import common  # noqa: E402  (benchmarks/common.py, imported as the scripts import it)
+import gpu_train  # noqa: E402  (benchmarks/gpu_train.py)
 import pallas_attention  # noqa: E402  (benchmarks/pallas_attention.py)
 
 
@@ -104,6 +107,56 @@ def test_study_throughput_benchmark_charges_each_run_its_evaluators(offline_data
   # Start-up (compilation, the first batch), charged once per run, lowers what a run pays.
   assert all(float(c[9]) > 0 and 0 < float(c[10]) < float(c[5]) for c in cells)
   assert cells[0][11] == "1.00x [1.00, 1.00]" and cells[1][11].endswith("]")
+
+
+@pytest.mark.slow
+def test_gpu_train_runs_a_phase_here_and_tabulates_it(tmp_path):
+  """benchmarks/gpu_train.py's device command, one phase for 4 steps on slices of the data: a
+  real trainer on the memory path, its records in runs.json, its img/sec/core beside the
+  archived CPU runs of the same model, and `summary` redraws the table from runs.json."""
+  out = _run("gpu_train.py", "run", "--phases", "L196", "--config_suffix", ",runlocal=True",
+             "--out", str(tmp_path))
+  runs = json.loads((tmp_path / "runs.json").read_text())
+  (process,) = runs["phases"]["L196"]["processes"]
+  assert process["returncode"] == 0, process["log_tail"]
+  assert runs["phases"]["L196"]["config"].endswith("patch=2,validation=5000,eval_points=20,"
+                                                   "epochs=40,input=memory,runlocal=True")
+  assert max(r["step"] for r in process["records"]) == 4
+  rate = statistics.median(r["img/sec/core"] for r in process["records"] if "img/sec/core" in r)
+  (row,) = [line for line in out.splitlines() if line.startswith("| L196 |")]
+  cells = [c.strip() for c in row.split("|")[1:-1]]
+  assert cells[:5] == ["L196", "1", "4", f"{rate:,.0f}", f"{rate:,.0f}"]
+  cpu_rates = [statistics.median(json.loads(line)["img/sec/core"] for line in
+                                 open(run / "metrics.jsonl") if '"img/sec/core"' in line)
+               for run in (ROOT / "results").glob(gpu_train.FMNIST_RUNS.format(patch=2))]
+  assert len(cpu_rates) >= 3 and cells[5].startswith(f"{statistics.median(cpu_rates):,.0f} (")
+  assert cells[6] == f"{rate / statistics.median(cpu_rates):.1f}x"
+  assert (tmp_path / "summary.md").read_text() in out
+  assert _run("gpu_train.py", "summary", str(tmp_path)) == (tmp_path / "summary.md").read_text()
+
+
+def test_gpu_train_judges_the_cell_by_the_welch_rule():
+  """The cell's rule (docs/benchmarks.md 9): the Welch 90% interval of mean(GPU) - mean(CPU),
+  against an independent Welch-Satterthwaite computation."""
+  from scipy import stats
+
+  def welch(a, b):
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = stats.t.ppf(0.95, df) * np.sqrt(va + vb)
+    d = np.mean(a) - np.mean(b)
+    return d, d - half, d + half
+
+  cpu = [0.8995, 0.8980, 0.9004]
+  for gpu, verdict, inside in (([0.8990, 0.9001, 0.8985], "agree", "inside"),
+                               ([0.9150, 0.9162, 0.9171], "differ", "outside")):
+    d, low, high = welch(gpu, cpu)
+    assert gpu_train.cell_comparison(gpu, cpu) == (
+        f"GPU - CPU: {100 * d:+.2f} points, Welch 90% [{100 * low:+.2f}, {100 * high:+.2f}]: "
+        f"**{verdict}** (margin 0.6 points); the GPU mean is {inside} the CPU seeds' range")
+  # A wide interval that includes 0: not shown.
+  assert "**not shown**" in gpu_train.cell_comparison([0.890, 0.905, 0.899], cpu)
+  assert gpu_train.cell_comparison([0.899], cpu).startswith("Not judged: 1 finished GPU seeds")
 
 
 def test_no_thp_turns_transparent_huge_pages_off_for_the_process_and_its_children():

@@ -55,6 +55,22 @@ def test_config_arguments_reach_the_model():
     load_config_module("configs/vit_i21k.py").get_config("atention=relu")
 
 
+def test_fmnist_res_resizes_every_pipeline_and_28_changes_nothing():
+  module = load_config_module("configs/study/fmnist_vit.py")
+  default, same = module.get_config("patch=4"), module.get_config("patch=4,res=28")
+  assert default.to_json() == same.to_json()
+  assert "resize" not in default.input.pp + default.evals.test.pp_fn
+  config = module.get_config("patch=16,res=224,crop=50")
+  pps = [config.input.pp, config.evals.test.pp_fn, config.evals.attention.pp_fn,
+         config.evals.fewshot.pp_train, config.evals.fewshot.pp_eval]
+  assert all(pp.startswith("decode(channels=1)|resize(224)|") for pp in pps), pps
+  assert "inception_crop(224, area_min=50)|flip_lr" in config.input.pp
+  with pytest.raises(ValueError, match="res=20: the images are 28 x 28"):
+    module.get_config("res=20")
+  with pytest.raises(ValueError, match=r"patch=5 must divide the 224-pixel side \(res\)"):
+    module.get_config("patch=5,res=224")
+
+
 @pytest.mark.parametrize("path,examples,expected_steps", [
     # 30 epochs of fall-2011 ImageNet-21k minus the 51,200 held-out images, batch 4096.
     ("configs/vit_i21k.py", 14_197_122 - 51_200, 103_608),

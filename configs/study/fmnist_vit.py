@@ -28,13 +28,15 @@ Arguments (`fmnist_vit.py:key=value,...`):
   eval_points evaluations of `test` (and `val`) per run, evenly spaced (plus the first and
               last step)                                                                (8)
   wd          decoupled weight decay (not multiplied by lr)                          (1e-4)
-  crop        0, or `inception_crop(28, area_min=crop)` before the flip: a random box of
-              crop..100% of the image, resized back to 28 x 28 (the alpha-length study's
+  crop        0, or `inception_crop(res, area_min=crop)` before the flip: a random box of
+              crop..100% of the image, resized back to res x res (the alpha-length study's
               control (a), docs/alpha_length.md 7)                                       (0)
   runlocal    a few-step smoke run on slices of the data (used by the tests)        (False)
   input       tfds | memory: the input pipeline (config.input.pipeline); memory reads the
               IDX files into arrays and augments in JAX on the device, no TensorFlow
               (docs/gpu.md); same quality, another data order (docs/benchmarks.md)  (tfds)
+  res         image side: 28 (the images' own) or more, resized bilinearly after decoding,
+              in training and every evaluator (ViT-S/16 at 224: benchmarks/gpu_train.py) (28)
 
 Sizes keep the head dimension at 32 and grow in width (depth 4, MLP 4x width):
   Ti: width 64, 2 heads (the main model);  S: 96, 3 heads;  B: 128, 4 heads.
@@ -55,9 +57,10 @@ from big_vision_relu.config import optional, parse_arg
 HEAD_DIM = 32
 SIZES = {"Ti": 64, "S": 96, "B": 128}  # size -> width; heads = width / HEAD_DIM
 DATASET = "fashion_mnist_local"
-TRAIN_PP = ('decode(channels=1)|{crop}flip_lr|value_range(-1, 1)|onehot(10)|'
+SIDE = 28  # Fashion-MNIST's images are 28 x 28
+TRAIN_PP = ('decode(channels=1)|{resize}{crop}flip_lr|value_range(-1, 1)|onehot(10)|'
             'keep("image", "labels")')
-EVAL_PP = 'decode(channels=1)|value_range(-1, 1)|onehot(10)|keep("image", "labels")'
+EVAL_PP = 'decode(channels=1)|{resize}value_range(-1, 1)|onehot(10)|keep("image", "labels")'
 EPOCHS = 20
 BATCH = 128
 VALIDATION_SEED = 0  # the validation split's own seed: the same split for every run seed
@@ -67,15 +70,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   arg = parse_arg(arg, size="Ti", patch=2, attention="relu", alpha=1.0, qk_norm=True,
                   gated=False, epochs=EPOCHS, seed=0, runlocal=False, dtype_mm="float32",
                   batch=BATCH, lr=1e-3, flatten_tokens=True, validation=0, eval_points=8,
-                  input="tfds", wd=1e-4, crop=0)
+                  input="tfds", wd=1e-4, crop=0, res=SIDE)
   if arg.size not in SIZES:
     raise ValueError(f"size={arg.size!r}: expected one of {', '.join(SIZES)}.")
-  if 28 % arg.patch:
-    raise ValueError(f"patch={arg.patch} must divide the 28-pixel side: 1, 2, 4, 7, 14 or 28.")
+  if arg.res < SIDE:
+    raise ValueError(f"res={arg.res}: the images are {SIDE} x {SIDE}; res upsamples them, so "
+                     f"it must be >= {SIDE}.")
+  if arg.res % arg.patch:
+    raise ValueError(f"patch={arg.patch} must divide the {arg.res}-pixel side (res).")
   if not 0 <= arg.crop < 100:
     raise ValueError(f"crop={arg.crop}: the smallest crop's area in percent, 1-99, or 0 for "
                      "no crop.")
-  crop = f"inception_crop(28, area_min={arg.crop})|" if arg.crop else ""
+  crop = f"inception_crop({arg.res}, area_min={arg.crop})|" if arg.crop else ""
+  resize = f"resize({arg.res})|" if arg.res != SIDE else ""  # the study's pp has none
+  eval_pp = EVAL_PP.format(resize=resize)
   width = SIZES[arg.size]
   config = ml_collections.ConfigDict()
   config.seed = arg.seed
@@ -89,7 +97,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.input = dict(data=dict(train_data, holdout=dict(holdout, part="rest")) if holdout
                       else train_data,
                       batch_size=arg.batch if not arg.runlocal else 16,
-                      pp=TRAIN_PP.format(crop=crop))
+                      pp=TRAIN_PP.format(resize=resize, crop=crop))
   if arg.input != "tfds":  # unset for tfds: the study's workdirs hold configs without the key
     config.input.pipeline = arg.input
   config.num_classes = 10
@@ -116,7 +124,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.evals.test = dict(
       type="classification",
       data=dict(name=DATASET, split="test" if not arg.runlocal else "test[:32]"),
-      pp_fn=EVAL_PP, batch_size=500 if not arg.runlocal else 16, log_percent=1 / arg.eval_points)
+      pp_fn=eval_pp, batch_size=500 if not arg.runlocal else 16, log_percent=1 / arg.eval_points)
   if holdout:
     config.evals.val = dict(config.evals.test,
                             data=dict(train_data, holdout=dict(holdout, part="held_out")))
@@ -125,10 +133,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   train, test = ("train", "test") if not arg.runlocal else ("train[:300]", "test[:100]")
   config.evals.fewshot = recipes.fewshot_eval(
       {"mnist5k": ("mnist5k", train, test), "digits": ("digits", train, test)},
-      size=28, channels=1, batch_size=500 if not arg.runlocal else 50, log_percent=0.25)
+      size=arg.res, channels=1, batch_size=500 if not arg.runlocal else 50, log_percent=0.25)
   # Sparsity, row sums, entropy and distance of each layer's attention over training.
   config.evals.attention = dict(
-      type="attention_stats", data=dict(name=DATASET, split="test"), pp_fn=EVAL_PP,
+      type="attention_stats", data=dict(name=DATASET, split="test"), pp_fn=eval_pp,
       batch_size=128 if not arg.runlocal else 16, num_examples=128 if not arg.runlocal else 16,
       log_percent=0.25)
   return config
