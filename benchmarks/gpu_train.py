@@ -60,7 +60,7 @@ MARGIN = 0.006  # test prec@1, the pipelines' rule (docs/benchmarks.md 7b)
 class Phase:
   config: str  # CONFIG's argument, without the seed
   seeds: tuple[int, ...]  # one trainer process per seed, all at once
-  seconds: int  # deadline from the phase's start
+  seconds: float  # deadline from the phase's start
   overrides: tuple[str, ...] = ()
   cpu_runs: str = ""  # a glob under results/: the archived CPU runs of this model
 
@@ -167,10 +167,10 @@ def run_phase(name: str, phase: Phase, root: pathlib.Path, env: dict[str, str],
   wall = time.monotonic() - start
   print(f"{name}: {wall:.0f} s, exit {[p['returncode'] for p in processes]}", flush=True)
   return {"config": f"{CONFIG}:{phase.config}{config_suffix}", "overrides": list(phase.overrides),
-          "wall_s": round(wall, 1), "processes": processes}
+          "deadline_s": phase.seconds, "wall_s": round(wall, 1), "processes": processes}
 
 
-def run(out: pathlib.Path, names: list[str], config_suffix: str) -> None:
+def run(out: pathlib.Path, names: list[str], config_suffix: str, time_scale: float) -> None:
   env = _environment()
   _place_data()
   environment = subprocess.run(
@@ -182,8 +182,8 @@ def run(out: pathlib.Path, names: list[str], config_suffix: str) -> None:
   out.mkdir(parents=True, exist_ok=True)
   with tempfile.TemporaryDirectory(prefix="gpu_train_") as root:
     for name in names:
-      results["phases"][name] = run_phase(name, PHASES[name], pathlib.Path(root), env,
-                                          config_suffix)
+      phase = dataclasses.replace(PHASES[name], seconds=PHASES[name].seconds * time_scale)
+      results["phases"][name] = run_phase(name, phase, pathlib.Path(root), env, config_suffix)
       (out / "runs.json").write_text(json.dumps(results))  # what is done survives a timeout
   text = summary(results)
   (out / "summary.md").write_text(text)
@@ -276,6 +276,8 @@ def main() -> None:
   runner.add_argument("--out", required=True, type=pathlib.Path)
   runner.add_argument("--phases", default=",".join(PHASES),
                       help=f"comma-separated, in this order (default: {','.join(PHASES)})")
+  runner.add_argument("--time_scale", type=float, default=1.0,
+                      help="multiplies every phase's deadline (a trial on a slower machine)")
   runner.add_argument("--config_suffix", default="",
                       help="appended to every phase's config argument: ',runlocal=True' tries "
                            "the phases on a CPU (4 steps on slices of the data)")
@@ -289,7 +291,7 @@ def main() -> None:
     unknown = sorted(set(names) - set(PHASES))
     if unknown:
       parser.error(f"unknown phases {unknown}: choose from {', '.join(PHASES)}")
-    run(args.out, names, args.config_suffix)
+    run(args.out, names, args.config_suffix, args.time_scale)
   else:
     print(summary(json.loads((args.dir / "runs.json").read_text())), end="")
 
