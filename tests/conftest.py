@@ -5,8 +5,17 @@ import os
 import shutil
 import tempfile
 
+# LLVM's optimisation of XLA:CPU's code is most of the suite's compile time (~9 s of a core in
+# each trainer process the tests start) and none of what the tests check: every compilation of
+# the suite, in this process and in the processes it starts (XLA_FLAGS replaced there too), is
+# without it, so results compared with each other come from programs compiled alike.
+FAST_COMPILE = "--xla_backend_optimization_level=0"
+# XLA's default level, for a jit whose test is about what the deployed code computes bit for bit
+# (two programs equal, or equal TensorFlow's rounding): optimisation changes the arithmetic.
+PRODUCTION_COMPILE = {"xla_backend_optimization_level": 3}
+
 # Must be set before jax is imported anywhere in the test process.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

@@ -12,7 +12,7 @@ import textwrap
 import jax
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import FAST_COMPILE, ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import common  # noqa: E402  (benchmarks/common.py, imported as the scripts import it)
@@ -31,9 +31,7 @@ def test_paired_ratios_compare_calls_of_the_same_round():
 
 def _run(script, *args, env=None):
   """stdout of `python benchmarks/{script} {args}`, on CPU; `env` adds to the environment."""
-  # LLVM's optimisation is most of these tiny programs' compile time and none of what is tested.
-  env = {**os.environ, "JAX_PLATFORMS": "cpu",
-         "XLA_FLAGS": "--xla_backend_optimization_level=0", **(env or {})}
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": FAST_COMPILE, **(env or {})}
   result = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-3000:]

@@ -23,7 +23,7 @@ from big_vision_relu.data import label_maps
 from big_vision_relu.evaluators import classification, fewshot, registry
 from big_vision_relu.evaluators.fewshot_evaluator import FewShotEvaluator
 
-from conftest import ROOT
+from conftest import FAST_COMPILE, ROOT
 from trainer_processes import tiny_config
 
 MESH8 = sharding.make_mesh([("data", -1)])
@@ -246,7 +246,8 @@ def test_evaluate_cli_on_a_trained_workdir(offline_data_dir, tmp_path):
       # --nomultihost: evaluate takes the trainer's multi-process flags (a single host never joins).
       [sys.executable, "-m", "big_vision_relu.evaluate", "--workdir", str(tmp_path / "run"),
        "--write", "--nomultihost"], capture_output=True, text=True, cwd=ROOT, timeout=300,
-      env={**__import__("os").environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
+      env={**__import__("os").environ,
+           "XLA_FLAGS": f"--xla_force_host_platform_device_count=1 {FAST_COMPILE}"})
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout[out.stdout.index("{"):])
   assert result["step"] == 2

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-from conftest import ROOT
+from conftest import FAST_COMPILE, ROOT
 
 from big_vision_relu import config as config_lib
 from big_vision_relu.data import datasets, fashion_mnist
@@ -449,7 +449,7 @@ def test_a_pinned_study_trains_from_its_worktree_and_records_the_commit(fixture_
   root, archive = tmp_path / "root", tmp_path / "archive"
   head = _git("rev-parse", "HEAD")
   env = {**os.environ, "TFDS_DATA_DIR": str(fixture_data_dir), "JAX_PLATFORMS": "cpu",
-         "XLA_FLAGS": ""}
+         "XLA_FLAGS": FAST_COMPILE}
 
   def run_study(*args):
     return subprocess.run(

@@ -11,7 +11,7 @@ import tensorflow as tf
 from big_vision_relu.data import arrays, batching, datasets, input_pipeline, inputs, jax_pp
 from big_vision_relu.data import memory_pipeline
 from big_vision_relu.data import pp as tf_pp
-from conftest import load_config_module
+from conftest import PRODUCTION_COMPILE, load_config_module
 
 SPLITS = ("train", "test", "train[:100]", "test[10%:]", "train[-50:]", "test[25%:75%]")
 
@@ -67,7 +67,8 @@ def test_deterministic_ops_equal_the_tf_ops():
       ('resize(28)', images), ('resize((5, 7))', images), ('resize(4, antialias=True)', rgb),
   ]
   for pp, batch in cases:
-    got = jax.jit(jax_pp.batch_preprocess_fn(pp, random=False))(
+    got = jax.jit(jax_pp.batch_preprocess_fn(pp, random=False),
+                  compiler_options=PRODUCTION_COMPILE)(
         {"image": batch, "label": labels.astype(np.int32)})
     for i in range(4):  # eager tf.data ops: seconds per example
       want = _tf_apply(pp, {"image": batch[i], "label": labels[i]})

@@ -11,7 +11,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import FAST_COMPILE, ROOT
 
 from big_vision_relu import checkpoint
 from big_vision_relu import metrics as metrics_lib
@@ -78,7 +78,7 @@ def test_repro_run_rejects_unknown_arguments_and_pins_softmax_alpha():
 
 
 def _study(root, archive, *args, data_dir):
-  env = {**os.environ, "TFDS_DATA_DIR": data_dir, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+  env = {**os.environ, "TFDS_DATA_DIR": data_dir, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": FAST_COMPILE}
   # Trainers at the test's own niceness (the driver's default adds 10): beside a real study's
   # trainers they would otherwise get a sliver of a core and run past the timeout.
   return subprocess.run([sys.executable, "-m", "big_vision_relu.experiments.study",
@@ -192,7 +192,7 @@ def test_the_trainers_malloc_changes_their_speed_not_their_results(two_run_study
   item = repro.PLAN.runs([repro.PHASES[0]])[0]
   workdirs = {"tcmalloc": archive_lib.run_dir(two_run_study[0], item.run)}
   plain = {**os.environ, "TFDS_DATA_DIR": offline_data_dir, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": ""}
+           "XLA_FLAGS": FAST_COMPILE}
   for name in provenance.SPEED_ENV:
     plain.pop(name, None)
   allocators = {"glibc": plain,
@@ -241,7 +241,7 @@ def test_a_diverging_run_is_marked_and_not_retried(offline_data_dir, tmp_path, m
   """A trainer stopped by a non-finite loss (lr 1e30) is a result: the study writes DIVERGED,
   reports no failure, the report drops its values, and the next study does not rerun it."""
   monkeypatch.setenv("TFDS_DATA_DIR", offline_data_dir)
-  monkeypatch.setenv("XLA_FLAGS", "")
+  monkeypatch.setenv("XLA_FLAGS", FAST_COMPILE)
   config = tmp_path / "diverging.py"
   config.write_text(
       "import importlib.util\n\n\ndef get_config(arg=None):\n"

@@ -23,7 +23,7 @@ import time
 import pytest
 from packaging.requirements import Requirement
 
-from conftest import ROOT
+from conftest import FAST_COMPILE, ROOT
 from test_fashion_mnist import _debian_files_present
 
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ml-collections", "absl-py",
@@ -81,7 +81,8 @@ def _env(tmp_path):
   compiles Python and XLA."""
   env = {k: v for k, v in os.environ.items()
          if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
-  return {**env, "XLA_FLAGS": "--xla_force_host_platform_device_count=1", "JAX_PLATFORMS": "cpu",
+  return {**env, "XLA_FLAGS": f"--xla_force_host_platform_device_count=1 {FAST_COMPILE}",
+          "JAX_PLATFORMS": "cpu",
           "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 

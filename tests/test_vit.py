@@ -11,6 +11,7 @@ from big_vision_relu.models import attention as attn
 from big_vision_relu.models import vit
 
 import numpy_reference
+from conftest import PRODUCTION_COMPILE
 
 SMALL = dict(width=32, depth=2, mlp_dim=64, num_heads=2, patch_size=(8, 8))
 IMAGES = jax.random.normal(jax.random.PRNGKey(7), (2, 32, 32, 3))
@@ -152,7 +153,7 @@ def test_flatten_tokens_changes_neither_parameters_nor_results(kw):
   assert not re.search(batch_len_features, dot_operands(flat))
 
   loss_and_grads = lambda m: jax.jit(jax.value_and_grad(  # noqa: E731
-      lambda p: jnp.sum(jnp.sin(forward(m)(p)))))(params)
+      lambda p: jnp.sum(jnp.sin(forward(m)(p)))), compiler_options=PRODUCTION_COMPILE)(params)
   (loss, grads), (flat_loss, flat_grads) = loss_and_grads(model), loss_and_grads(flat)
   assert flat_loss == loss
   jax.tree.map(np.testing.assert_array_equal, flat_grads, grads)

@@ -13,7 +13,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from conftest import ROOT, load_config_module
+from conftest import FAST_COMPILE, ROOT, load_config_module
 
 MAIN_CONFIG = "configs/local/mnist_relu.py"
 
@@ -103,7 +103,8 @@ def write_config(tmp_path, config, name="config.py") -> str:
 
 def spawn_trainer(config_path, workdir, *, devices, extra=(), env=None, **popen):
   """A trainer process on `devices` simulated CPU devices; `popen`: subprocess.Popen's options."""
-  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+  env = {**os.environ,
+         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} {FAST_COMPILE}",
          "JAX_PLATFORMS": "cpu", **(env or {})}
   return subprocess.Popen(
       [sys.executable, "-m", "big_vision_relu.train", "--config", config_path,
