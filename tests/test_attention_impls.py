@@ -26,8 +26,6 @@ from trainer_processes import tiny_config
 POINTWISE = tuple(attn.ACTIVATIONS)
 ALPHAS = (0.0, 1.0, 2.0)
 MESH_AXES = [("data", 2), ("seq", 4)]
-# LLVM's optimisation is most of these tiny programs' compile time and none of what is tested.
-jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 
 
 def qkv(b=2, lq=13, lk=11, h=2, d=4):
@@ -53,7 +51,7 @@ def assert_close(got, want, tol=1e-5):
 def test_chunked_equals_dense_outputs_and_grads(activation):
   q, k, v, d_out = qkv()
 
-  @jit
+  @jax.jit
   def both(q, k, v, d_out):  # one compilation per activation, every alpha inside
     results = []
     for alpha in ALPHAS:
@@ -73,7 +71,7 @@ def test_chunked_equals_dense_outputs_and_grads(activation):
 def test_chunked_keeps_batch_dims_dtype_and_blocks_within_block_size():
   q, k, v, _ = qkv(lq=9, lk=9)
   q, k, v = (x.reshape(1, 2, 9, 2, 4).astype(jnp.bfloat16) for x in (q, k, v))
-  out = jit(functools.partial(blockwise.chunked_pointwise_attention, AttentionOptions(
+  out = jax.jit(functools.partial(blockwise.chunked_pointwise_attention, AttentionOptions(
       activation="relu", impl="chunked", block_size=4)))(q, k, v)
   assert out.shape == (1, 2, 9, 2, 4) and out.dtype == jnp.bfloat16
   dense = attn.dot_product_attention(q, k, v)
@@ -88,7 +86,7 @@ def test_seq_parallel_equals_dense_on_8_devices():
   q, k, v, d_out = qkv(b=4, lq=13, lk=13)  # 13 tokens over 4 devices: padded to 4 x 4
   batch = NamedSharding(mesh, P("data"))  # the batch stays data-parallel, as in the trainer
 
-  @jit
+  @jax.jit
   def both(q, k, v, d_out):
     results = []
     for activation, alpha in (("relu", 1.0), ("gelu", 2.0)):
@@ -110,7 +108,7 @@ def test_seq_parallel_uses_the_context_mesh_and_needs_the_axis():
   ring = functools.partial(blockwise.seq_parallel_pointwise_attention,
                            AttentionOptions(activation="relu", impl="seq_parallel"))
   with jax.set_mesh(sharding.make_mesh(MESH_AXES)):
-    out = jit(ring)(q, k, v)
+    out = jax.jit(ring)(q, k, v)
   assert_close(out, attn.dot_product_attention(q, k, v))
   with jax.set_mesh(sharding.make_mesh([("data", -1)])), pytest.raises(
       ValueError, match="no sequence axis seq_axis='seq'"):
@@ -149,7 +147,7 @@ def test_vit_trained_in_the_trainer_step_with_each_impl_matches_dense(offline_da
   config = tiny_config(offline_data_dir, mesh=MESH_AXES)
   config.model = ml_collections.ConfigDict(dict(config.model, pool_type="tok"))
   run = run_lib.setup(config)
-  state0 = jit(run.init_state, out_shardings=run.state_shardings)(jax.random.PRNGKey(0))
+  state0 = jax.jit(run.init_state, out_shardings=run.state_shardings)(jax.random.PRNGKey(0))
   batch = jax.device_put(
       dict(image=jax.random.normal(jax.random.PRNGKey(1), (16, 28, 28, 1)),
            labels=jax.nn.one_hot(jnp.arange(16) % 10, 10)),
@@ -160,7 +158,7 @@ def test_vit_trained_in_the_trainer_step_with_each_impl_matches_dense(offline_da
   trained = {}
   for impl, kw in impls.items():
     model = vit.Model(config.num_classes, **config.model, attention_impl=impl, **kw)
-    update = jit(run_lib.make_update_fn(model, run.tx, run.config),
+    update = jax.jit(run_lib.make_update_fn(model, run.tx, run.config),
                      in_shardings=(run.state_shardings, None),
                      out_shardings=(run.state_shardings, None))
     state, losses = state0, []
@@ -201,7 +199,7 @@ def test_cudnn_impl_pads_odd_lengths_and_masks_them_by_sequence_lengths():
   q, k, v, d_out = qkv()
   dense = functools.partial(attn.dot_product_attention, activation="softmax")
   padded = functools.partial(cudnn_attention.padded_softmax, implementation="xla")
-  got, want = jit(lambda q, k, v, d_out: [
+  got, want = jax.jit(lambda q, k, v, d_out: [
       [outputs_and_grads(fn, q, k, v, d_out), outputs_and_grads(fn, q, q, q, d_out)]
       for fn in (padded, dense)])(q, k, v, d_out)
   assert_close(got, want)

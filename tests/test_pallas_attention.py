@@ -33,8 +33,6 @@ from big_vision_relu.models.pallas_tiles import TileSpec
 import numpy_reference as ref
 
 ALPHAS = (0.0, 1.0, 1.5)
-# LLVM's optimisation is most of these tiny programs' compile time and none of what is tested.
-jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 on_gpu = pytest.mark.skipif(jax.default_backend() != "gpu", reason=(
     "needs a GPU: the compiled Triton kernels (JAX_PLATFORMS=cuda python3 -m pytest -m gpu "
     "tests/test_pallas_attention.py on a GPU machine)"))
@@ -87,7 +85,7 @@ def test_pallas_equals_dense_and_float64_in_float32_and_bfloat16(activation):
   q, k, v, d_out = qkv_dout(33, 33, 64)
   qb, kb, vb, db = (x.astype(jnp.bfloat16) for x in (q, k, v, d_out))
 
-  @jit
+  @jax.jit
   def run(q, k, v, d_out, qb, kb, vb, db):
     results = {}
     for alpha in ALPHAS:
@@ -128,7 +126,7 @@ def test_pallas_at_awkward_lengths_and_head_dims(activation, dtype, head_dim, lq
   """Padded keys must add nothing although h(0) != 0 for gelu, softplus and sigmoid, and the
   scale is the true key length (alpha 1.5)."""
   q, k, v, d_out = qkv_dout(lq, lk, head_dim, dtype, h=1)
-  got = jit(lambda *x: output_and_grads(pallas(activation, 1.5, block_size), *x))(q, k, v,
+  got = jax.jit(lambda *x: output_and_grads(pallas(activation, 1.5, block_size), *x))(q, k, v,
                                                                                 d_out)
   assert_close(got, float64_reference(q, k, v, d_out, activation, 1.5),
                1e-5 if dtype == jnp.float32 else 2e-2)
@@ -149,7 +147,7 @@ def test_tpu_kernels_in_tpu_interpret_mode_equal_float64_for_every_activation():
   interpreter until masked), float32, alphas 0, 1 and 1.5 in turn (two heads: the bf16 test)."""
   q, k, v, d_out = qkv_dout(197, 197, 64, h=1)
   cases = [(a, ALPHAS[i % len(ALPHAS)]) for i, a in enumerate(attn.ACTIVATIONS)]
-  results = jit(lambda *x: [tpu_kernels(a, alpha, *x) for a, alpha in cases])(q, k, v, d_out)
+  results = jax.jit(lambda *x: [tpu_kernels(a, alpha, *x) for a, alpha in cases])(q, k, v, d_out)
   for (activation, alpha), got in zip(cases, results, strict=True):
     assert_close(got, float64_reference(q, k, v, d_out, activation, alpha), 1e-5,
                  (activation, alpha))
@@ -162,7 +160,7 @@ def test_tpu_kernels_in_bfloat16_and_cross_attention():
   qb, kb, vb, db = qkv_dout(197, 197, 64, jnp.bfloat16)
   q, k, v, d_out = qkv_dout(5, 300, 64, h=1, seed=1)
 
-  @jit
+  @jax.jit
   def run(qb, kb, vb, db, q, k, v, d_out):
     results = {a: tpu_kernels(a, 1.0, qb, kb, vb, db) for a in ("relu", "gelu")}
     results |= {f"naive {a}": output_and_grads(functools.partial(
@@ -191,9 +189,9 @@ def test_vit_with_pallas_attention_equals_dense():
                attention="gelu", seqlen_alpha=1.0, head_zeroinit=False)
   models = {impl: vit.Model(3, **small, attention_impl=impl, attention_block_size=block)
             for impl, block in (("dense", None), ("pallas", 16))}
-  params = jit(models["dense"].init)(jax.random.PRNGKey(0), images)["params"]
+  params = jax.jit(models["dense"].init)(jax.random.PRNGKey(0), images)["params"]
 
-  @jit
+  @jax.jit
   def loss_and_grads(params):
     def loss(params, model):
       logits, _ = model.apply({"params": params}, images)
