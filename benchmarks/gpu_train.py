@@ -201,7 +201,7 @@ def _cpu_rate(pattern: str) -> tuple[float | None, str]:
   """The median over the archived CPU runs of their median img/sec/core, and their CPUs."""
   rates, cpus = [], set()
   for run in sorted((ROOT / "results").glob(pattern)):
-    rate = _median_rate([json.loads(line) for line in (run / "metrics.jsonl").open()])
+    rate = _median_rate(_records(run))
     if rate is not None:
       rates.append(rate)
       cpus.add(json.loads((run / "provenance.json").read_text())["machine"]["cpu"])
