@@ -12,6 +12,7 @@ marked `gpu` run the Triton kernels on a GPU (`JAX_PLATFORMS=cuda python3 -m pyt
 tests/test_pallas_attention.py` there) and are skipped elsewhere.
 """
 import collections
+import contextlib
 import functools
 import re
 
@@ -205,8 +206,9 @@ def test_vit_with_pallas_attention_equals_dense():
     assert relative_error(got, want) <= 1e-5
 
 
-def _vit_loss_gradient(activation, dtype):
-  """A traced `jax.grad` of a one-block ViT's loss (head dim 64, 17 tokens), pallas attention."""
+def _vit_loss_gradient(activation, dtype, trace_under=contextlib.nullcontext):
+  """A traced `jax.grad` of a one-block ViT's loss (head dim 64, 17 tokens), pallas attention,
+  traced inside the context `trace_under()`."""
   model = vit.Model(3, width=128, depth=1, mlp_dim=128, num_heads=2, patch_size=(8, 8),
                     pool_type="tok", attention=activation, attention_impl="pallas",
                     dtype_mm=dtype)
@@ -216,7 +218,19 @@ def _vit_loss_gradient(activation, dtype):
   def loss(params):
     logits, _ = model.apply({"params": params}, images)
     return jnp.mean(jax.nn.log_softmax(logits)[:, 0])
-  return jax.jit(jax.grad(loss)).trace(params)
+  with trace_under():
+    return jax.jit(jax.grad(loss)).trace(params)
+
+
+@contextlib.contextmanager
+def _an_h200():
+  """Traces inside target an H200 (the GPU this project measures on): jax >= 0.11's Triton
+  lowering reads the compute capability from a device, which a CPU host has only as the
+  abstract one of the abstract mesh a function was traced under."""
+  h200 = jax.sharding.AbstractDevice(device_kind="NVIDIA H200", num_cores=None, platform="gpu")
+  with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("data",),
+                                                                abstract_device=h200)):
+    yield
 
 
 def test_vit_loss_gradient_lowers_to_mosaic_kernels_for_a_tpu_and_triton_for_a_gpu():
@@ -228,7 +242,8 @@ def test_vit_loss_gradient_lowers_to_mosaic_kernels_for_a_tpu_and_triton_for_a_g
   for activation, dtype in cases:
     traced = _vit_loss_gradient(activation, dtype)
     tpu = traced.lower(lowering_platforms=("tpu",)).as_text()
-    cuda = traced.lower(lowering_platforms=("cuda",)).as_text()
+    cuda = _vit_loss_gradient(activation, dtype, _an_h200).lower(
+        lowering_platforms=("cuda",)).as_text()
     case = (activation, dtype)
     assert len(re.findall(r"custom_call @tpu_custom_call", tpu)) == 2, case
     assert len(re.findall(r"custom_call @__gpu\$xla\.gpu\.triton", cuda)) == 2, case
@@ -247,7 +262,8 @@ def test_pallas_kernels_lower_to_triton_for_a_gpu_at_head_dims_64_and_128():
   for dtype, length, head_dim in ((jnp.float32, 197, 128), (jnp.bfloat16, 785, 64),
                                   (jnp.bfloat16, 197, 72)):
     q = jnp.zeros((2, length, 3, head_dim), dtype)
-    cuda = jax.jit(step).trace(q).lower(lowering_platforms=("cuda",)).as_text()
+    with _an_h200():
+      cuda = jax.jit(step).trace(q).lower(lowering_platforms=("cuda",)).as_text()
     assert len(re.findall(r"custom_call @__gpu\$xla\.gpu\.triton", cuda)) == 2, (dtype, length)
 
 
