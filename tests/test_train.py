@@ -6,8 +6,11 @@ bit-identical: test_train_pods.py.
 """
 import json
 import logging
+import os
+import pathlib
 import signal
 import subprocess
+import sys
 import time
 
 import jax
@@ -297,3 +300,44 @@ def test_sigterm_saves_and_exits_cleanly(offline_data_dir, tmp_path):
   assert _printed_result(out)["preempted"] is True
   step, _ = final_params(workdir)
   assert 3 <= step < 400  # saved where it stopped, although no checkpoint was due
+
+
+def _alive(pid: int) -> bool:
+  """`pid` exists and is not a zombie (dead, not yet reaped by whoever adopted it)."""
+  try:
+    status = pathlib.Path(f"/proc/{pid}/status").read_text()
+  except FileNotFoundError:
+    return False
+  return "\nState:\tZ" not in status
+
+
+@pytest.mark.slow
+def test_a_trainer_dies_with_the_test_process_that_started_it(offline_data_dir, tmp_path):
+  """A suite killed from outside leaves no trainer behind: the trainer of a process that is
+  killed with SIGKILL (no Python clean-up runs) mid-training dies too."""
+  path = write_config(tmp_path, tiny_config(offline_data_dir, total_steps=100_000,
+                                            ckpt_steps=100_000, log_training_steps=1))
+  workdir = tmp_path / "run"
+  starter = subprocess.Popen(
+      [sys.executable, "-c", "import sys, time\nfrom trainer_processes import spawn_trainer\n"
+       "print(spawn_trainer(sys.argv[1], sys.argv[2], devices=1).pid, flush=True)\n"
+       "time.sleep(600)", path, str(workdir)],
+      cwd=pathlib.Path(__file__).parent, stdout=subprocess.PIPE, text=True)
+  trainer = int(starter.stdout.readline())
+  try:
+    jsonl = workdir / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and _alive(trainer) and (
+        not jsonl.exists() or len(jsonl.read_text().splitlines()) < 2):
+      time.sleep(0.05)
+    assert _alive(trainer), "the trainer ended before its starter was killed"
+    starter.kill()
+    starter.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(trainer):
+      time.sleep(0.05)
+    assert not _alive(trainer), "the trainer outlived the process that started it"
+  finally:
+    starter.kill()
+    if _alive(trainer):
+      os.kill(trainer, signal.SIGKILL)
