@@ -101,30 +101,19 @@ def write_config(tmp_path, config, name="config.py") -> str:
   return str(path)
 
 
-# Asks Linux to SIGKILL this process when the one that started it dies, then becomes the
-# trainer (the request survives exec). A suite killed from outside (a timeout's SIGTERM, or
-# SIGKILL) would otherwise leave its trainers running: some are 100,000-step runs. A
-# trampoline rather than preexec_fn, which may deadlock in a parent with threads (jax's).
-DIE_WITH_PARENT = """
-import ctypes, os, signal, sys
-PR_SET_PDEATHSIG = 1
-if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
-  sys.exit(f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(ctypes.get_errno())}")
-if os.getppid() != int(os.environ.pop("TRAINER_PARENT")):
-  sys.exit("the test process died before its trainer started")
-os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
-"""
-
-
 def spawn_trainer(config_path, workdir, *, devices, extra=(), env=None, **popen):
-  """A trainer process on `devices` simulated CPU devices, killed by the kernel if this test
-  process dies first; `popen`: subprocess.Popen's options."""
+  """A trainer process on `devices` simulated CPU devices; `popen`: subprocess.Popen's options.
+
+  Started through the study's launcher (experiments/pinned.py, no core pinned), so the kernel
+  sends it SIGTERM if this test process dies first: a suite killed from outside would otherwise
+  leave its trainers running, and some are 100,000-step runs."""
   env = {**os.environ,
          "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} {FAST_COMPILE}",
-         "JAX_PLATFORMS": "cpu", "TRAINER_PARENT": str(os.getpid()), **(env or {})}
+         "JAX_PLATFORMS": "cpu", **(env or {})}
   return subprocess.Popen(
-      [sys.executable, "-c", DIE_WITH_PARENT, "-m", "big_vision_relu.train",
-       "--config", config_path, "--workdir", str(workdir), *extra], env=env, cwd=ROOT, **popen)
+      [sys.executable, "-m", "big_vision_relu.experiments.pinned", "--", sys.executable, "-m",
+       "big_vision_relu.train", "--config", config_path, "--workdir", str(workdir), *extra],
+      env=env, cwd=ROOT, **popen)
 
 
 def spawn_pair(config_path, workdir, *, logs=None, extra=()) -> list[subprocess.Popen]:
