@@ -3,6 +3,7 @@ and its pre-registered estimator, decision rule and paired tests against indepen
 references (scipy, numpy polyfit over the exact parabola, hand-computed cases)."""
 import hashlib
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -200,12 +201,23 @@ def _write_run(archive, run, val, test, stats=0.5):
 def test_the_report_redraws_the_interim_verdict_from_an_archive(tmp_path):
   from big_vision_relu.experiments.studies.alpha_length import report
   rng = np.random.default_rng(0)
-  for patch in (7, 4):  # two complete lengths: the interim verdict
+
+  def archive_length(patch, best_alpha):
     for run in al.runs(patch):
       a = run.args
-      val = (0.9 - 0.03 * (a["alpha"] - 1.0) ** 2 if a["attention"] == "relu"
+      val = (0.9 - 0.03 * (a["alpha"] - best_alpha) ** 2 if a["attention"] == "relu"
              else 0.89 if a["attention"] == "softmax" else 0.85) + 1e-5 * rng.standard_normal()
       _write_run(tmp_path, run, val, val - 0.002)
+
+  # One complete length: its alpha* (between grid points: 1.1 on 0.75, 1, 1.25, 1.5), no verdict.
+  archive_length(7, best_alpha=1.1)
+  text = report.write(tmp_path, tmp_path / "out").read_text()
+  assert ("- L = 16: alpha* = 1.10; 5-95% over bootstrap resamples of its seeds [1.10, 1.10]"
+          in text)
+  assert "The verdict: not yet: complete grids at L = [16]" in text and "verdict (" not in text
+  shutil.rmtree(tmp_path / "runs")
+  for patch in (7, 4):  # two complete lengths: the interim verdict
+    archive_length(patch, best_alpha=1.0)
   (tmp_path / "baselines").mkdir()
   (tmp_path / "baselines" / "p7.json").write_text(json.dumps({
       "val/pixel_1nn": 0.85, "test/pixel_1nn": 0.84, "val/pixel_ridge": 0.82,

@@ -143,17 +143,21 @@ def length_table(runs: Sequence[Archived], patch: int) -> list[str]:
 
 
 def verdict_lines(runs: Sequence[Archived]) -> list[str]:
-  """Markdown lines: alpha*(L), the rule's verdict (interim with two lengths), relu/L - softmax."""
+  """Markdown lines: alpha* of every complete length (with the 5-95% range of its bootstrap over
+  seeds, as drawn in alpha_star.png) and the rule's verdict (interim with two lengths)."""
   accuracies = complete_accuracies(runs)
   lines = ["## alpha*(L) and the verdict", ""]
+  for length, star in sorted(al.alpha_stars(accuracies).items()):
+    low, high = np.percentile(_bootstrap_stars(accuracies[length]), [5, 95])
+    lines.append(f"- L = {length}: alpha* = {star.alpha:.2f}"
+                 + (" (censored at the grid's end)" if star.censored else "")
+                 + f"; 5-95% over bootstrap resamples of its seeds [{low:.2f}, {high:.2f}]")
   if len(accuracies) < 2:
-    return lines + [f"Not yet: complete grids at L = {sorted(accuracies) or 'none'}; the rule "
-                    "needs two lengths (interim) or three (final).", ""]
+    return lines + ["", "The verdict: not yet: complete grids at L = "
+                    f"{sorted(accuracies) or 'none'}; the rule needs two lengths (interim) or "
+                    "three (final).", ""]
   decision = al.decide(accuracies)
   kind = "final" if len(accuracies) == len(al.PATCH_TO_LENGTH) else "interim"
-  for length, star in decision.stars.items():
-    lines.append(f"- L = {length}: alpha* = {star.alpha:.2f}"
-                 + (" (censored at the grid's end)" if star.censored else ""))
   lines += ["", f"- slope of alpha* on ln L: {decision.slope:+.3f}, 90% bootstrap interval "
             f"[{decision.interval[0]:+.3f}, {decision.interval[1]:+.3f}]; H1 predicts 0, H0 "
             f"{decision.h0_slope:+.3f}",
