@@ -8,6 +8,7 @@ import sys
 import time
 
 from big_vision_relu.experiments import study
+from trainer_processes import alive
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PINNED = list(study.PINNED_LAUNCHER)
@@ -54,7 +55,7 @@ def test_the_command_is_stopped_when_its_parent_is_killed():
     time.sleep(0.05)
   parent.kill()
   parent.wait()
-  while _alive(child_pid):
+  while alive(child_pid):
     assert time.monotonic() < deadline, "the command outlived its killed parent"
     time.sleep(0.05)
 
@@ -84,12 +85,3 @@ def _command_line(pid: int) -> bytes:
     return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
   except FileNotFoundError:
     return b""
-
-
-def _alive(pid: int) -> bool:
-  """True while `pid` runs (a zombie nobody has reaped yet counts as dead)."""
-  try:
-    status = pathlib.Path(f"/proc/{pid}/status").read_text()
-  except FileNotFoundError:
-    return False
-  return "\nState:\tZ" not in status

@@ -24,7 +24,7 @@ from big_vision_relu import run as run_lib
 from big_vision_relu import train as train_lib
 from big_vision_relu import workdir_config
 
-from trainer_processes import (MAIN_CONFIG, TRAIN_METRICS, assert_continues_from,
+from trainer_processes import (MAIN_CONFIG, TRAIN_METRICS, alive, assert_continues_from,
                                assert_trees_close, assert_trees_equal, final_params,
                                logged_records, spawn_trainer, tiny_config, workdir_files,
                                write_config)
@@ -302,15 +302,6 @@ def test_sigterm_saves_and_exits_cleanly(offline_data_dir, tmp_path):
   assert 3 <= step < 400  # saved where it stopped, although no checkpoint was due
 
 
-def _alive(pid: int) -> bool:
-  """`pid` exists and is not a zombie (dead, not yet reaped by whoever adopted it)."""
-  try:
-    status = pathlib.Path(f"/proc/{pid}/status").read_text()
-  except FileNotFoundError:
-    return False
-  return "\nState:\tZ" not in status
-
-
 @pytest.mark.slow
 def test_a_trainer_dies_with_the_test_process_that_started_it(offline_data_dir, tmp_path):
   """A suite killed from outside leaves no trainer behind: when the process that started a
@@ -328,17 +319,17 @@ def test_a_trainer_dies_with_the_test_process_that_started_it(offline_data_dir, 
   try:
     jsonl = workdir / "metrics.jsonl"
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and _alive(trainer) and (
+    while time.monotonic() < deadline and alive(trainer) and (
         not jsonl.exists() or len(jsonl.read_text().splitlines()) < 2):
       time.sleep(0.05)
-    assert _alive(trainer), "the trainer ended before its starter was killed"
+    assert alive(trainer), "the trainer ended before its starter was killed"
     starter.kill()
     starter.wait(timeout=30)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and _alive(trainer):
+    while time.monotonic() < deadline and alive(trainer):
       time.sleep(0.05)
-    assert not _alive(trainer), "the trainer outlived the process that started it"
+    assert not alive(trainer), "the trainer outlived the process that started it"
   finally:
     starter.kill()
-    if _alive(trainer):
+    if alive(trainer):
       os.kill(trainer, signal.SIGKILL)

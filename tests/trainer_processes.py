@@ -13,6 +13,8 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from big_vision_relu.experiments import study
+
 from conftest import FAST_COMPILE, ROOT, load_config_module
 
 MAIN_CONFIG = "configs/local/mnist_relu.py"
@@ -111,9 +113,17 @@ def spawn_trainer(config_path, workdir, *, devices, extra=(), env=None, **popen)
          "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} {FAST_COMPILE}",
          "JAX_PLATFORMS": "cpu", **(env or {})}
   return subprocess.Popen(
-      [sys.executable, "-m", "big_vision_relu.experiments.pinned", "--", sys.executable, "-m",
-       "big_vision_relu.train", "--config", config_path, "--workdir", str(workdir), *extra],
-      env=env, cwd=ROOT, **popen)
+      [*study.PINNED_LAUNCHER, "--", sys.executable, "-m", "big_vision_relu.train",
+       "--config", config_path, "--workdir", str(workdir), *extra], env=env, cwd=ROOT, **popen)
+
+
+def alive(pid: int) -> bool:
+  """True while `pid` runs (a zombie nobody has reaped yet counts as dead)."""
+  try:
+    status = pathlib.Path(f"/proc/{pid}/status").read_text()
+  except FileNotFoundError:
+    return False
+  return "\nState:\tZ" not in status
 
 
 def spawn_pair(config_path, workdir, *, logs=None, extra=()) -> list[subprocess.Popen]:
