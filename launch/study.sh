@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A study (big_vision_relu.experiments.study) in the background, resumable: PLAN is a unit of
 # big_vision_relu/experiments/studies/ (fmnist: the Fashion-MNIST study, docs/reproduction.md;
-# repro: the MNIST-5k one; alpha_length: docs/alpha_length.md, and its control (a),
+# repro: the MNIST-5k one; alpha_length: docs/alpha_length.md, and its controls (a) and (b),
 # alpha_length_controls). Re-run the same command to resume after a stop, a reboot or on a
 # fresh checkout.
 #

@@ -59,6 +59,37 @@ def test_a_holdout_as_large_as_its_split_is_refused():
     holdout.part_size(100, dict(num_examples=100, seed=0, part="rest"))
 
 
+def test_rest_examples_draw_a_stratified_nested_subset_of_the_rest():
+  labels = np.repeat(np.arange(10), 600)[np.random.default_rng(2).permutation(6000)]
+  spec = dict(num_examples=500, seed=0, part="rest")
+  rest, held_out = (holdout.records(labels, dict(spec, part=part)) for part in holdout.PARTS)
+  subsets = {n: holdout.records(labels, dict(spec, rest_examples=n)) for n in (750, 1500, 3000)}
+  for n, subset in subsets.items():
+    assert np.bincount(labels[subset]).tolist() == [n // 10] * 10  # stratified, exact
+    assert np.all(np.diff(subset) > 0) and np.isin(subset, rest).all()  # in order, of the rest
+    assert holdout.part_size(6000, dict(spec, rest_examples=n)) == n
+  assert set(subsets[750]) < set(subsets[1500]) < set(subsets[3000])  # nested
+  # Its own stream: not the held-out draw's permutation applied to the rest.
+  same_stream = rest[holdout.select(labels[rest], 750, seed=0)]
+  assert not np.array_equal(subsets[750], same_stream)
+  np.testing.assert_array_equal(held_out, holdout.select(labels, 500, seed=0))  # unchanged
+
+
+@pytest.mark.parametrize("spec,message", [
+    (dict(num_examples=10, seed=0, part="rest", rest_examples=0), "positive int"),
+    (dict(num_examples=10, seed=0, part="held_out", rest_examples=5), "the part 'rest' only"),
+    (dict(num_examples=10, seed=0, part="rest", rest_extra=5), r"unknown keys: \['rest_extra'\]"),
+])
+def test_bad_rest_examples_say_what_to_set(spec, message):
+  with pytest.raises(ValueError, match=message):
+    holdout.check_spec("input.data.holdout", spec)
+
+
+def test_rest_examples_as_large_as_the_rest_are_refused():
+  with pytest.raises(ValueError, match=r"smaller than the rest it is drawn from \(90 examples"):
+    holdout.part_size(100, dict(num_examples=10, seed=0, part="rest", rest_examples=90))
+
+
 def _digest(image):
   return hashlib.sha256(np.ascontiguousarray(image).tobytes()).hexdigest()
 
@@ -88,6 +119,15 @@ def test_the_pipeline_reads_the_parts_the_selection_names(offline_data_dir):
     stream.close()
   expected = [_digest(x) for i, x in enumerate(images) if i not in set(numbers.tolist())]
   assert sorted(seen) == sorted(expected)
+  # rest_examples: one epoch is the subset `holdout.records` names, each once.
+  subset = dict(spec, part="rest", rest_examples=800)
+  stream = input_pipeline.training_batches(dict(whole, holdout=subset), EVAL_PP, 400, seed=0,
+                                           process_index=0, process_count=1)
+  try:
+    seen = [_digest(x) for _ in range(2) for x in next(stream)["image"]]
+  finally:
+    stream.close()
+  assert sorted(seen) == sorted(_digest(images[i]) for i in holdout.records(labels, subset))
 
 
 # ----------------------------------------------------------------------------- grid and order

@@ -7,10 +7,11 @@ import math
 
 import numpy as np
 import pytest
+import scipy.stats
 import tensorflow as tf
 
 from big_vision_relu.data import pp as pp_lib
-from big_vision_relu.experiments import plans, study
+from big_vision_relu.experiments import plans, run_status, study
 from big_vision_relu.experiments.studies import alpha_length_controls as controls
 from big_vision_relu.experiments.studies.alpha_length import protocol as al
 from conftest import load_config_module
@@ -40,6 +41,27 @@ def test_a_candidate_changes_only_its_regulariser(name):
   crop = f"inception_crop(28, area_min={args['crop']})|" if "crop" in args else ""
   assert ours_pp == grids_pp.replace("flip_lr|", crop + "flip_lr|")
   assert ours_config == grids_config
+
+
+@pytest.mark.parametrize("images", controls.SIZES)
+def test_a_size_run_changes_only_its_training_images(images):
+  runs = [r for r in controls.size_runs() if r.args["train_images"] == images]
+  assert [(r.args["attention"], r.args["seed"]) for r in runs] == [
+      (a, s) for a in ("softmax", "relu") for s in al.SEEDS]
+  for run in runs:
+    grids = al.GRID.run(patch=4, attention=run.args["attention"], seed=run.args["seed"])
+    assert run.run_id == grids.run_id.replace("-seed", f"-train{images}-seed")
+    ours_config, grids_config = _config(run), _config(grids)
+    assert ours_config["input"]["data"]["holdout"].pop("rest_examples") == images
+    assert ours_config == grids_config  # epochs, not steps: the steps follow from the images
+    assert run_status.total_steps(_config(run)) == -(-40 * images // 128)
+
+
+def test_train_images_needs_a_validation_split_and_a_count():
+  with pytest.raises(ValueError, match="set validation too"):
+    CONFIG.get_config("train_images=7500")
+  with pytest.raises(ValueError, match="a number of images, or 0 for all"):
+    CONFIG.get_config("validation=5000,train_images=-1")
 
 
 def test_the_crop_pp_crops_and_resizes_back_and_bad_crops_are_refused():
@@ -92,8 +114,10 @@ def test_the_gate_waits_for_the_grid_and_is_moot_when_the_grid_does_not_overfit(
     (tmp_path / "alpha_length" / "runs" / run.run_id / "metrics.jsonl").unlink()
     (tmp_path / "alpha_length" / "runs" / run.run_id).rmdir()
   _write_grid(tmp_path, FLAT)
-  phases, reason = controls.gate(archive)
-  assert phases == () and reason.startswith("moot: the grid's L = 49 softmax val loss rises 0.0050")
+  phases, reason = controls.gate(archive)  # control (a) moot: control (b) opens at once
+  assert phases == (controls.SIZES_PHASE,) and reason.startswith(
+      "control (a) moot: the grid's L = 49 softmax val loss rises 0.0050")
+  assert controls.PLAN.phases[controls.SIZES_PHASE][0] == "sizes"
   (grid_run / "metrics.jsonl").unlink()
   grid_run.rmdir()
   _write(tmp_path / "alpha_length", controls.grid_softmax_run(), RISING)  # the others: flat
@@ -121,6 +145,17 @@ def test_the_choice_opens_the_chosen_candidates_phase(tmp_path, curves, chosen, 
   phase = 1 + list(controls.CANDIDATES).index(chosen)
   assert controls.gate(archive) == ((0, phase), f"{chosen} chosen")
   assert controls.PLAN.phases[phase][0] == chosen
+  # Control (b) opens once the chosen comparison is archived (a diverged run counts).
+  remaining = [r for r in controls.comparison_runs(chosen)
+               if not (archive / "runs" / r.run_id).exists()]
+  assert len(remaining) == 5
+  for run in remaining[:-1]:
+    _write(archive, run, FLAT)
+  assert controls.gate(archive)[0] == (0, phase)
+  _write(archive, remaining[-1], (math.nan,), diverged=True)
+  assert controls.gate(archive) == ((0, phase, controls.SIZES_PHASE),
+                                    f"{chosen} chosen, control (a) archived; control (b) "
+                                    "(phase 5)")
 
 
 def test_a_diverged_candidate_never_meets_and_rises_most(tmp_path):
@@ -153,3 +188,64 @@ def test_the_report_says_whether_the_grids_verdict_survives(tmp_path):
   assert "- the grid (weight decay 0.0001, no crop): +0.30 points" in text
   assert "**The grid's verdict (better) does not survive regularisation** (under R2: " \
          "equivalent)." in text
+
+
+def test_the_parallel_rule_against_scipy():
+  """Per seed the least-squares slope on log2(images) (scipy.stats.linregress), then the
+  seeds' mean slope with the t interval of 2 degrees of freedom (scipy.stats.t)."""
+  sizes = (7_500, 15_000, 30_000, 55_000)
+  rng = np.random.default_rng(0)
+  softmax = 0.85 + 0.01 * np.log2(np.array(sizes) / 7500) + rng.normal(0, 0.002, (3, 4))
+  for slope, parallel in ((0.0, True), (0.009, False)):
+    relu = softmax + 0.003 + slope * np.log2(np.array(sizes)) + rng.normal(0, 0.0005, (3, 4))
+    test = controls.parallel_test(sizes, relu.tolist(), softmax.tolist())
+    slopes = [scipy.stats.linregress(np.log2(sizes), r - s).slope
+              for r, s in zip(relu, softmax, strict=True)]
+    half = scipy.stats.t.ppf(0.95, 2) * scipy.stats.sem(slopes)
+    assert test.mean == pytest.approx(np.mean(slopes), abs=1e-12)
+    assert (test.lower, test.upper) == pytest.approx(
+        (np.mean(slopes) - half, np.mean(slopes) + half), abs=1e-6)
+    assert test.equivalent == parallel
+    assert (test.lower > 0) == (not parallel)  # the steep one: relu/L's lead grows
+
+
+def test_the_parallel_rules_size_at_its_margin_and_power_at_zero():
+  # At the margin the rule errs ~5% of the time (each one-sided test at 5%), whatever the noise.
+  for noise in (0.002, 0.005):
+    assert controls.parallel_power(controls.PARALLEL_MARGIN, noise, trials=1000) == \
+        pytest.approx(0.05, abs=0.025)
+  assert controls.parallel_power(0.0, 0.0005, trials=200) == 1.0
+  assert controls.parallel_power(2 * controls.PARALLEL_MARGIN, 0.002, trials=200) == 0.0
+
+
+def test_the_report_draws_control_b_from_both_archives(tmp_path):
+  """relu/L - softmax = 0.2 points + 0.1 per doubling on every seed: parallel, and growing."""
+  archive, grid = tmp_path / "alpha_length_controls", tmp_path / "alpha_length"
+
+  def write_size(run, images, attention):
+    lead = 0.002 + 0.001 * np.log2(images / 7_500) if attention == "relu" else 0.0
+    accuracy = 0.85 + 0.01 * np.log2(images / 7_500) + 0.0001 * run.args["seed"] + lead
+    path = archive / "runs" / run.run_id if images < 55_000 else grid / "runs" / run.run_id
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "metrics.jsonl").write_text(json.dumps(
+        {"step": 100, "val/loss": 0.3, "val/prec@1": 0.5, "test/prec@1": accuracy}) + "\n")
+
+  for seed in al.SEEDS:
+    for attention in ("softmax", "relu"):
+      write_size(al.GRID.run(patch=4, attention=attention, seed=seed), 55_000, attention)
+  for run in controls.size_runs()[:-1]:
+    write_size(run, run.args["train_images"], run.args["attention"])
+  text = controls.write(archive, tmp_path / "out").read_text()
+  assert "| 30,000 | 5 of 6 |" in text and "The slope: not yet" in text
+  assert "| 7,500 | 6 of 6 | 85.01 | 85.21 | +0.20 (0.00) |" in text
+  run = controls.size_runs()[-1]
+  (archive / "runs" / run.run_id).mkdir()
+  (archive / "runs" / run.run_id / "DIVERGED").write_text("loss nan\n")
+  assert (f"The slope: none, so **not shown parallel**: {run.run_id} diverged."
+          in controls.write(archive, tmp_path / "out").read_text())
+  (archive / "runs" / run.run_id / "DIVERGED").unlink()
+  write_size(run, run.args["train_images"], run.args["attention"])
+  text = controls.write(archive, tmp_path / "out").read_text()
+  assert ("The slope of relu/L - softmax on log2(images): +0.10 points per doubling (SE 0.00; "
+          "90% [+0.10, +0.10]): **parallel** (the rule: inside +-0.5 points per doubling); "
+          "relu/L's lead grows with the images.") in text

@@ -129,3 +129,12 @@ def test_the_real_files_build_60000_train_and_10000_test_read_alike_in_memory(tm
   held_out = arrays.load(dict(name=fashion_mnist.NAME, split="train", holdout=spec))
   np.testing.assert_array_equal(held_out.labels, labels[tfds_numbers])
   assert len(tfds_numbers) == 5000
+  # Control (b)'s training subsets (rest_examples), the same way on both paths.
+  subset = dict(spec, part="rest", rest_examples=7500)
+  tfds_subset = input_pipeline._holdout_numbers(fashion_mnist.NAME, "train", str(tmp_path),
+                                                **subset)
+  np.testing.assert_array_equal(holdout.records(labels, subset), tfds_subset)
+  in_memory = arrays.load(dict(name=fashion_mnist.NAME, split="train", holdout=subset))
+  np.testing.assert_array_equal(in_memory.labels, labels[tfds_subset])
+  assert np.bincount(labels[tfds_subset]).tolist() == [750] * 10
+  assert not np.isin(tfds_subset, tfds_numbers).any()

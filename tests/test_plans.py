@@ -1,7 +1,8 @@
 """The study core and its plug-ins (experiments/plans.py, experiments/studies/): every study
 plans exactly the runs, in exactly the order, that it planned before the core was split from
 the studies (tests/planned_runs.json, written from d165510's `study.plan`; alpha_length_controls'
-runs from the commit that added it, before any of them started), its archive still
+runs from the commits that added control (a) and control (b), before any of them started),
+its archive still
 fits it, its sweep files list its sweeps, and launch/study.sh gets what its case statement
 used to say."""
 import json

@@ -129,13 +129,15 @@ def _labels(source: Sequence[bytes], deserialize: Callable[[tf.Tensor], dict],
 
 @functools.lru_cache(maxsize=8)
 def _holdout_numbers(name: str, split: str, data_dir: str | None, num_examples: int, seed: int,
-                     part: str) -> np.ndarray:
+                     part: str, rest_examples: int | None = None) -> np.ndarray:
   """Record numbers of a holdout part (data/holdout.py), from the split's labels (read once per
   process: the trainer and its validation evaluator share them)."""
   source, deserialize = _open(dict(name=name, split=split, data_dir=data_dir))
   builder = datasets.get_builder(name, data_dir)
   labels = _labels(source, deserialize, datasets.label_key(builder))
-  return holdout.records(labels, dict(num_examples=num_examples, seed=seed, part=part))
+  spec = dict(num_examples=num_examples, seed=seed, part=part)
+  return holdout.records(labels, spec if rest_examples is None else
+                         dict(spec, rest_examples=rest_examples))
 
 
 def _open(data: Mapping[str, Any]) -> tuple[Sequence[bytes], Callable[[tf.Tensor], dict]]:
@@ -155,7 +157,8 @@ def _open(data: Mapping[str, Any]) -> tuple[Sequence[bytes], Callable[[tf.Tensor
     return features.deserialize_example(serialized, decoders=decoders)
   if (spec := data.get("holdout")) is not None:
     numbers = _holdout_numbers(data["name"], data["split"], data.get("data_dir"),
-                               spec["num_examples"], spec["seed"], spec["part"])
+                               spec["num_examples"], spec["seed"], spec["part"],
+                               spec.get("rest_examples"))
     source = _Records(source, numbers)
   return source, deserialize
 

@@ -49,6 +49,8 @@ def _short(key: str, value: Any) -> str:
     return f"wd{value:g}"
   if key == "crop":
     return f"crop{value}"
+  if key == "train_images":
+    return f"train{value}"
   return str(value)
 
 

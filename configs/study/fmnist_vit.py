@@ -25,6 +25,9 @@ Arguments (`fmnist_vit.py:key=value,...`):
               its own seed VALIDATION_SEED: data/holdout.py), held out of training and
               evaluated as `val` beside `test`: it selects checkpoints, the test split never
               selects anything                                                          (0)
+  train_images  0, or train on this many of the images left after the validation split
+              (stratified, nested as the size grows: data/holdout.py's rest_examples); needs
+              validation (the alpha-length study's control (b), docs/alpha_length.md 7)    (0)
   eval_points evaluations of `test` (and `val`) per run, evenly spaced (plus the first and
               last step)                                                                (8)
   wd          decoupled weight decay (not multiplied by lr)                          (1e-4)
@@ -70,7 +73,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   arg = parse_arg(arg, size="Ti", patch=2, attention="relu", alpha=1.0, qk_norm=True,
                   gated=False, epochs=EPOCHS, seed=0, runlocal=False, dtype_mm="float32",
                   batch=BATCH, lr=1e-3, flatten_tokens=True, validation=0, eval_points=8,
-                  input="tfds", wd=1e-4, crop=0, res=SIDE)
+                  input="tfds", wd=1e-4, crop=0, res=SIDE, train_images=0)
   if arg.size not in SIZES:
     raise ValueError(f"size={arg.size!r}: expected one of {', '.join(SIZES)}.")
   if arg.res < SIDE:
@@ -81,6 +84,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if not 0 <= arg.crop < 100:
     raise ValueError(f"crop={arg.crop}: the smallest crop's area in percent, 1-99, or 0 for "
                      "no crop.")
+  if arg.train_images and not arg.validation:
+    raise ValueError(f"train_images={arg.train_images} subsets what validation leaves for "
+                     "training: set validation too (e.g. validation=5000).")
+  if arg.train_images < 0:
+    raise ValueError(f"train_images={arg.train_images}: a number of images, or 0 for all.")
   crop = f"inception_crop({arg.res}, area_min={arg.crop})|" if arg.crop else ""
   resize = f"resize({arg.res})|" if arg.res != SIDE else ""  # the study's pp has none
   eval_pp = EVAL_PP.format(resize=resize)
@@ -94,8 +102,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   holdout = None
   if arg.validation:
     holdout = dict(num_examples=arg.validation if not arg.runlocal else 16, seed=VALIDATION_SEED)
-  config.input = dict(data=dict(train_data, holdout=dict(holdout, part="rest")) if holdout
-                      else train_data,
+  rest = dict(holdout, part="rest") if holdout else None
+  if arg.train_images:  # runlocal: 32 of its 48
+    rest["rest_examples"] = arg.train_images if not arg.runlocal else 32
+  config.input = dict(data=dict(train_data, holdout=rest) if holdout else train_data,
                       batch_size=arg.batch if not arg.runlocal else 16,
                       pp=TRAIN_PP.format(resize=resize, crop=crop))
   if arg.input != "tfds":  # unset for tfds: the study's workdirs hold configs without the key

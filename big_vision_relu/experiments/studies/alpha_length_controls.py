@@ -1,4 +1,5 @@
-r"""The alpha-length study's control (a): does relu/L's result at L = 49 survive regularisation?
+r"""The alpha-length study's controls at L = 49: (a) does relu/L's result survive
+regularisation? (b) do softmax's and relu/L's curves over the training-set size run parallel?
 
     bash launch/study.sh alpha_length_controls          # trains what its gate lets train now
     bash launch/study.sh alpha_length_controls report   # docs/alpha_length/controls.md
@@ -14,7 +15,11 @@ Runs, at L = 49 (patch 4) with the grid's recipe (`protocol.GRID`) but the regul
 - phase 0, the candidates (`CANDIDATES`, seed 0, softmax): R1 weight decay 3e-4, R2 1e-3,
   R3 `inception_crop(28, area_min=50)` with the grid's 1e-4, R4 that crop with 3e-4;
 - phase k (1-4), with R_k chosen: softmax seeds 1-2 and relu/L (alpha 1) seeds 0-2 under R_k
-  (seed 0's softmax is its candidate run).
+  (seed 0's softmax is its candidate run);
+- phase 5, control (b) (docs/alpha_length.md 5, and 7 of 2026-12-03): softmax and relu/L
+  (alpha 1) at seeds 0-2 on 7,500, 15,000 and 30,000 of the 55,000 training images (`SIZES`,
+  stratified and nested: `train_images`, data/holdout.py), the grid's recipe otherwise (40
+  epochs, so fewer steps); the grid's own runs are the 55,000 point.
 
 The choice (`choose`): the first of R1-R4 whose validation loss at its last evaluation is
 within LOSS_RISE of its minimum over the run's evaluations; if none is, the one with the
@@ -25,7 +30,10 @@ meets the criterion the control is moot and nothing trains; else phase 0; then t
 candidate's phase. A diverged candidate never meets the criterion (an infinite rise); ties in
 the smallest rise go to the first in R1-R4 order. relu/L - softmax is judged by
 section 5's paired rule (`protocol.paired_test`); its result "survives" if the regularised
-verdict is the grid's at L = 49.
+verdict is the grid's at L = 49. Control (b) opens once control (a)'s chosen comparison is
+archived (at once if (a) is moot); its rule (`parallel_test`): per seed, the least-squares slope
+of relu/L - softmax on log2(training images), in points per doubling; the curves are "parallel"
+when the 90% t interval of the seeds' mean slope lies inside +-PARALLEL_MARGIN.
 """
 from __future__ import annotations
 
@@ -34,6 +42,8 @@ import math
 import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from big_vision_relu import metrics as metrics_lib
 from big_vision_relu.experiments import plans, run_status
@@ -47,11 +57,15 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "R1": dict(wd=3e-4), "R2": dict(wd=1e-3), "R3": dict(crop=50), "R4": dict(crop=50, wd=3e-4)}
 LOSS_RISE = 0.01  # val/loss at the end within this of its minimum: "no longer rises"
 VAL_LOSS = "val/loss"
-# The grid's arguments, plus wd and crop before the seed; at the grid's values they stay out of
-# the run ids and --config (implicit), so the unregularised run is the grid's own.
+SIZES = (7_500, 15_000, 30_000)  # control (b)'s training images, beside the grid's
+GRID_IMAGES = 60_000 - al.VALIDATION  # the grid's: all of the rest (train_images 0)
+PARALLEL_MARGIN = 0.005  # control (b): +-0.5 points of accuracy per doubling of the images
+# The grid's arguments, plus wd, crop and train_images before the seed; at the grid's values
+# they stay out of the run ids and --config (implicit), so the unregularised run is the grid's.
 GRID = Grid(al.CONFIG, {**{k: v for k, v in al.GRID.defaults.items() if k != "seed"},
-                        "patch": PATCH, "wd": BASE_WD, "crop": 0, "seed": 0},
-            implicit={"wd": BASE_WD, "crop": 0})
+                        "patch": PATCH, "wd": BASE_WD, "crop": 0, "train_images": 0, "seed": 0},
+            implicit={"wd": BASE_WD, "crop": 0, "train_images": 0})
+SIZES_PHASE = 1 + len(CANDIDATES)  # control (b)'s phase, after the candidates' comparisons
 
 
 def candidate_runs() -> list[Run]:
@@ -62,6 +76,13 @@ def candidate_runs() -> list[Run]:
 def comparison_runs(name: str) -> list[Run]:
   """R_k's comparison: softmax and relu/L (alpha 1) at seeds 0-2 under candidate `name`."""
   return [GRID.run(attention=attention, seed=seed, **CANDIDATES[name])
+          for attention in ("softmax", "relu") for seed in al.SEEDS]
+
+
+def size_runs() -> list[Run]:
+  """Phase 5, control (b): softmax and relu/L (alpha 1) at seeds 0-2 on each of SIZES,
+  smallest (cheapest) first."""
+  return [GRID.run(attention=attention, seed=seed, train_images=images) for images in SIZES
           for attention in ("softmax", "relu") for seed in al.SEEDS]
 
 
@@ -81,6 +102,11 @@ class LossRise:
   @property
   def meets(self) -> bool:
     return self.rise <= LOSS_RISE
+
+
+def _archived(run_dir: pathlib.Path) -> bool:
+  return any((run_dir / name).exists() for name in (metrics_lib.JSONL_NAME,
+                                                     run_status.DIVERGED_FILE))
 
 
 def loss_rise(run_dir: pathlib.Path) -> LossRise | None:
@@ -133,19 +159,25 @@ def gate(archive: pathlib.Path) -> tuple[tuple[int, ...], str]:
                 f"not archived in {grid_archive(archive)}")
   unregularised = loss_rise(grid_archive(archive) / "runs" / grid_softmax_run().run_id)
   if unregularised.meets:
-    return (), (f"moot: the grid's L = 49 softmax val loss rises {unregularised.rise:.4f} <= "
-                f"{LOSS_RISE} (docs/alpha_length.md 7)")
+    return (SIZES_PHASE,), (f"control (a) moot: the grid's L = 49 softmax val loss rises "
+                            f"{unregularised.rise:.4f} <= {LOSS_RISE} (docs/alpha_length.md 7); "
+                            f"control (b) (phase {SIZES_PHASE})")
   choice = choose(candidate_rises(archive))
   if choice.name is None:
     return (0,), "choosing the regulariser (phase 0)"
-  return (0, 1 + list(CANDIDATES).index(choice.name)), f"{choice.name} chosen"
+  chosen = 1 + list(CANDIDATES).index(choice.name)
+  if not all(_archived(archive / "runs" / run.run_id) for run in comparison_runs(choice.name)):
+    return (0, chosen), f"{choice.name} chosen"
+  return (0, chosen, SIZES_PHASE), (f"{choice.name} chosen, control (a) archived; control (b) "
+                                    f"(phase {SIZES_PHASE})")
 
 
 PLAN = plans.Plan(
     name="alpha_length_controls",
     sweeps={"candidates": candidate_runs,
-            **{name: (lambda name=name: comparison_runs(name)) for name in CANDIDATES}},
-    phases=(("candidates", {}), *((name, {}) for name in CANDIDATES)),
+            **{name: (lambda name=name: comparison_runs(name)) for name in CANDIDATES},
+            "sizes": size_runs},
+    phases=(("candidates", {}), *((name, {}) for name in CANDIDATES), ("sizes", {})),
     datasets=("mnist5k", "digits", "fashion_mnist_local"),
     data_packages=("dataset-fashion-mnist",), docs="docs/alpha_length", gate=gate,
     report="big_vision_relu.experiments.studies.alpha_length_controls")
@@ -172,6 +204,79 @@ def comparison(archive: pathlib.Path, runs: Sequence[Run]) -> al.PairedTest | No
                         [found["softmax", s] for s in al.SEEDS])
 
 
+def parallel_test(sizes: Sequence[int], relu: Sequence[Sequence[float]],
+                  softmax: Sequence[Sequence[float]]) -> al.PairedTest:
+  """Control (b)'s rule. `relu[s][i]`, `softmax[s][i]`: seed s's test accuracy on `sizes[i]`
+  training images. Per seed, the least-squares slope of relu - softmax on log2(size) (accuracy
+  per doubling); the seeds' mean slope with the paired t interval at PARALLEL_MARGIN, so its
+  `equivalent` is "parallel" (`lower` > 0: relu/L's lead grows with the images)."""
+  x = np.log2(np.asarray(sizes, np.float64))
+  slopes = [float(np.polyfit(x, np.subtract(r, s, dtype=np.float64), 1)[0])
+            for r, s in zip(relu, softmax, strict=True)]
+  return al.paired_test(slopes, [0.0] * len(slopes), margin=PARALLEL_MARGIN)
+
+
+def parallel_power(slope: float, noise: float, trials: int = 2000, seed: int = 0) -> float:
+  """How often `parallel_test` says "parallel" when relu/L - softmax has a true `slope` per
+  doubling and each seed's difference at each size has independent normal `noise` (sd), at
+  the sizes of SIZES and GRID_IMAGES: the rule's power (or, beyond the margin, its error)."""
+  rng = np.random.Generator(np.random.PCG64(seed))
+  sizes = (*SIZES, GRID_IMAGES)
+  lead = slope * np.log2(np.asarray(sizes) / sizes[0])
+  hits = sum(parallel_test(sizes, lead + noise * rng.standard_normal((len(al.SEEDS), len(sizes))),
+                           np.zeros((len(al.SEEDS), len(sizes)))).equivalent
+             for _ in range(trials))
+  return hits / trials
+
+
+def size_curves(archive: pathlib.Path) -> dict[int, dict[tuple[str, int], float]]:
+  """Control (b)'s test results: training images -> {(attention, seed): test accuracy at the
+  validation-selected step}, the grid's runs at GRID_IMAGES."""
+  grid = [GRID.run(attention=a, seed=s) for a in ("softmax", "relu") for s in al.SEEDS]
+  curves = {images: _test_results(archive, [r for r in size_runs()
+                                            if r.args["train_images"] == images])
+            for images in SIZES}
+  return {**curves, GRID_IMAGES: _test_results(grid_archive(archive), grid)}
+
+
+def _sizes_lines(archive: pathlib.Path) -> list[str]:
+  curves = size_curves(archive)
+  lines = ["", "## Control (b): the training-set size at L = 49", "",
+           "Test accuracy (%) at the validation-selected step, seed means; relu/L (alpha 1) - "
+           "softmax paired by seed (SE). The grid's recipe at every size (40 epochs); "
+           f"{GRID_IMAGES:,} is the grid's own runs.", "",
+           "| training images | runs | softmax | relu/L | relu/L - softmax |",
+           "|---|---|---|---|---|"]
+  for images, found in sorted(curves.items()):
+    cells = []
+    for attention in ("softmax", "relu"):
+      values = [found[attention, s] for s in al.SEEDS if (attention, s) in found]
+      cells.append(f"{100 * np.mean(values):.2f}" if values else "-")
+    pairs = [found["relu", s] - found["softmax", s] for s in al.SEEDS
+             if ("relu", s) in found and ("softmax", s) in found]
+    se = np.std(pairs, ddof=1) / np.sqrt(len(pairs)) if len(pairs) > 1 else None
+    cells.append("-" if se is None else f"{100 * np.mean(pairs):+.2f} ({100 * se:.2f})")
+    lines.append(f"| {images:,} | {len(found)} of 6 | " + " | ".join(cells) + " |")
+  diverged = [r.run_id for r in size_runs()
+               if (archive / "runs" / r.run_id / run_status.DIVERGED_FILE).exists()]
+  if diverged:  # a missing point: the seed's slope does not exist
+    return lines + ["", f"The slope: none, so **not shown parallel**: {', '.join(diverged)} "
+                    "diverged."]
+  if any(len(found) < 2 * len(al.SEEDS) for found in curves.values()):
+    return lines + ["", "The slope: not yet (every size's 6 runs must be archived)."]
+  sizes = sorted(curves)
+  test = parallel_test(sizes, *([[curves[n][a, s] for n in sizes] for s in al.SEEDS]
+                                for a in ("relu", "softmax")))
+  trend = ("; relu/L's lead grows with the images" if test.lower > 0 else
+           "; relu/L's lead shrinks with the images" if test.upper < 0 else "")
+  return lines + ["", f"The slope of relu/L - softmax on log2(images): {100 * test.mean:+.2f} "
+                  f"points per doubling (SE {100 * test.se:.2f}; 90% [{100 * test.lower:+.2f}, "
+                  f"{100 * test.upper:+.2f}]): **"
+                  + ("parallel" if test.equivalent else "not shown parallel")
+                  + f"** (the rule: inside +-{100 * PARALLEL_MARGIN:g} points per doubling)"
+                  + trend + "."]
+
+
 def _paired_line(label: str, test: al.PairedTest | None) -> str:
   if test is None:
     return f"- {label}: not all of its 6 runs archived"
@@ -183,7 +288,8 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
   """Writes controls.md into `out` (PLAN.report); returns its path."""
   unregularised = loss_rise(grid_archive(archive) / "runs" / grid_softmax_run().run_id)
   choice = choose(candidate_rises(archive))
-  lines = ["# The alpha-length study: control (a), regularisation at L = 49", "",
+  lines = ["# The alpha-length study's controls at L = 49", "",
+           "## Control (a): regularisation", "",
            f"Redrawn from `{archive}` by `bash launch/study.sh alpha_length_controls report`; "
            "the rules: docs/alpha_length.md sections 5 and 7. Validation loss of seed-0 softmax "
            f"runs; a regulariser suffices when the loss at the end is within {LOSS_RISE} of "
@@ -215,6 +321,7 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
       survives = "survives" if regularised.verdict == grid.verdict else "does not survive"
       lines += ["", f"**The grid's verdict ({grid.verdict}) {survives} regularisation** "
                 f"(under {choice.name}: {regularised.verdict})."]
+  lines += _sizes_lines(archive)
   out.mkdir(parents=True, exist_ok=True)
   path = out / "controls.md"
   path.write_text("\n".join(lines) + "\n")
