@@ -405,3 +405,50 @@ def test_a_run_parked_and_resumed_on_a_fresh_machine_ends_as_if_never_stopped(tw
   assert "4 of 6 runs to do" in rearchived.stderr, rearchived.stderr[-3000:]
   assert metrics_lib.read_metrics(archived) == again
   assert not parking.parked_dir(archive, item.run.run_id).exists()
+
+
+def test_one_start_trains_what_the_gate_opens_as_results_arrive(two_run_study, tmp_path):
+  """A gate that opens phase 1 once phase 0's run is archived: one start (train_open_phases)
+  takes both rounds; the plan's gate is asked again only after a round is done. The two runs
+  are done in their workdirs and not archived, so each round archives its run without training."""
+  root, archive = _copy(two_run_study, tmp_path)
+  first, second = (item.run for item in repro.PLAN.runs([repro.PHASES[0]])[:2])
+  for run in (first, second):
+    shutil.rmtree(archive_lib.archived_dir(archive, run))
+  asked = []
+
+  def gate(where):
+    asked.append(archive_lib.archived_dir(where, first).exists())
+    return ((0, 1), "phase 0 archived") if asked[-1] else ((0,), "waiting for phase 0")
+
+  plan = plans.Plan(name="two_rounds", sweeps={"a": lambda: [first], "b": lambda: [second]},
+                    phases=(("a", {}), ("b", {})), datasets=(), docs="", pinned=False,
+                    gate=gate)
+  rounds = []
+
+  def new_study(planned):
+    rounds.append([item.run.run_id for item in planned])
+    return study.Study(root, archive, planned, workers=1, extra_config_args="runlocal",
+                       niceness=0)
+
+  last = study.train_open_phases(plan, archive, None, new_study)
+  assert rounds == [[first.run_id], [first.run_id, second.run_id]] and asked == [False, True, True]
+  assert not last.failed
+  for run in (first, second):
+    assert run_status.collect_run(run, archive_lib.archived_dir(archive, run)).status == "finished"
+  # One round only with max_runs (as before), and none after a stop.
+  shutil.rmtree(archive_lib.archived_dir(archive, second))
+  rounds.clear()
+  study.train_open_phases(plan, archive, None, new_study, max_runs=5)
+  assert rounds == [[first.run_id, second.run_id]]
+  shutil.rmtree(archive_lib.archived_dir(archive, first))
+  shutil.rmtree(archive_lib.archived_dir(archive, second))
+  rounds.clear()
+
+  def stopped_study(planned):
+    made = new_study(planned)
+    made.stop()
+    return made
+
+  study.train_open_phases(plan, archive, None, stopped_study)
+  assert rounds == [[first.run_id]]

@@ -9,7 +9,9 @@ r"""Runs a study (its plan: phases of sweep runs) to completion, across sessions
 `--plan` names a study, a unit of experiments/studies/ (`plans.load`; `plans.names()` lists
 them): its phases in order, each run once (a run shared by several sweeps is trained once, in
 `<root>/runs/<run id>`), and only the phases its rules let train now (`Plan.gate`: the
-Fashion-MNIST study's recipe calibration). `--workers` runs train in parallel, each
+Fashion-MNIST study's recipe calibration, the alpha-length controls' choice); when those are
+done it asks the gate again and trains what it has opened since (`train_open_phases`), so one
+start takes a gated study as far as its results allow. `--workers` runs train in parallel, each
 pinned to its own CPU core (on this 2-core machine two pinned runs do ~20% more work than one
 run on both cores, and a run's core hours are then its own CPU time).
 
@@ -57,7 +59,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from absl import app, flags, logging
@@ -132,14 +134,16 @@ class Study:
 
   def __init__(self, root: pathlib.Path, archive: pathlib.Path, planned: Sequence[plans.PlannedRun],
                *, workers: int, extra_config_args: str, niceness: int,
-               code: pathlib.Path | None = None, commit: str | None = None):
+               code: pathlib.Path | None = None, commit: str | None = None,
+               stopping: threading.Event | None = None):
     check_trainer_malloc()
     self.root, self.archive, self.planned, self.workers = root, archive, planned, workers
     self.extra_config_args, self.niceness = extra_config_args, niceness
     self.code = code  # the pinned worktree the trainers run from (None: this checkout)
     self.provenance = None if commit is None else {"commit": commit,
                                                    "machine": provenance_lib.machine()}
-    self._stopping = threading.Event()
+    # Shared by the studies of one start (train_open_phases): a stop also stops the next round.
+    self._stopping = threading.Event() if stopping is None else stopping
     self._children: set[subprocess.Popen] = set()
     self._lock = threading.Lock()
     self.failed: list[str] = []
@@ -152,6 +156,10 @@ class Study:
       pinned.append(f"--core={core}")
     return [*pinned, "--", sys.executable, "-m", "big_vision_relu.train", "--config", config,
             "--workdir", str(archive_lib.run_dir(self.root, run))]
+
+  @property
+  def stopping(self) -> bool:
+    return self._stopping.is_set()
 
   def stop(self, *_: Any) -> None:
     """Asks the running trainers to checkpoint and exit; starts no new run."""
@@ -345,6 +353,27 @@ def phases_to_train(plan: plans.Plan, archive: pathlib.Path,
   return indices
 
 
+def train_open_phases(plan: plans.Plan, archive: pathlib.Path, chosen: Sequence[int] | None,
+                      new_study: Callable[[list[plans.PlannedRun]], Study],
+                      max_runs: int | None = None) -> Study:
+  """Trains the phases of `chosen` (None: all) that the plan's gate opens; when they are done,
+  asks the gate again and trains those it opened since (a candidate's result may open its
+  comparison), until it opens nothing new, a run fails, the study is stopped, or `max_runs`
+  was given (one round only). `new_study(planned)` makes each round's Study. Returns the last."""
+  opened = phases_to_train(plan, archive, chosen)
+  while True:
+    study = new_study(plan.runs([plan.phases[i] for i in opened]))
+    study.run(max_runs)
+    if study.failed or study.stopping or plan.gate is None or max_runs is not None:
+      return study
+    reopened = phases_to_train(plan, archive, chosen)
+    if set(reopened) <= set(opened):
+      return study
+    logging.info("%s: its gate opened phases %s", plan.name,
+                 ",".join(str(i) for i in reopened if i not in opened))
+    opened = reopened
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments {argv[1:]}.")
@@ -354,29 +383,37 @@ def main(argv: list[str]) -> None:
     return
   root, archive = pathlib.Path(FLAGS.root).absolute(), pathlib.Path(FLAGS.archive).absolute()
   chosen = None if FLAGS.phases is None else [int(i) for i in FLAGS.phases]
-  if not (FLAGS.status or FLAGS.park):
-    chosen = phases_to_train(plan, archive, chosen)
-  phases = plan.phases if chosen is None else [plan.phases[i] for i in chosen]
-  planned = plan.runs(phases)
   root.mkdir(parents=True, exist_ok=True)
-  if FLAGS.status:
-    print_status(root, archive, planned, phases)
-    return
-  if FLAGS.park:  # beside a running study (parking.py says why that is safe), not another park
+  if FLAGS.status or FLAGS.park:
+    phases = plan.phases if chosen is None else [plan.phases[i] for i in chosen]
+    planned = plan.runs(phases)
+    if FLAGS.status:
+      print_status(root, archive, planned, phases)
+      return
+    # Beside a running study (parking.py says why that is safe), not another park.
     with _acquire_lock(root / "park.lock", "Another --park"):
       for line in park_unarchived(root, archive, planned):
         print(f"parked {line} in {archive / parking.PARKED_DIR}")
     return
   lock = _acquire_lock(root / "study.lock", "Another study")
-  check_totals_known(planned, FLAGS.config_args)
   code, commit = (None, None) if FLAGS.commit is None else pinned_worktree(
       root, archive, plan.name, FLAGS.commit)
-  study = Study(root, archive, planned, workers=FLAGS.workers,
-                extra_config_args=FLAGS.config_args, niceness=FLAGS.nice, code=code,
-                commit=commit)
-  signal.signal(signal.SIGTERM, study.stop)
-  signal.signal(signal.SIGINT, study.stop)
-  study.run(FLAGS.max_runs)
+  stopping, current = threading.Event(), []
+
+  def new_study(planned: list[plans.PlannedRun]) -> Study:
+    check_totals_known(planned, FLAGS.config_args)
+    current[:] = [Study(root, archive, planned, workers=FLAGS.workers,
+                        extra_config_args=FLAGS.config_args, niceness=FLAGS.nice, code=code,
+                        commit=commit, stopping=stopping)]
+    return current[0]
+
+  def stop(*_: Any) -> None:
+    stopping.set()  # before the first round, and for every later one
+    if current:
+      current[0].stop()  # the running trainers checkpoint and exit
+  signal.signal(signal.SIGTERM, stop)
+  signal.signal(signal.SIGINT, stop)
+  study = train_open_phases(plan, archive, chosen, new_study, FLAGS.max_runs)
   lock.close()
   if study.failed:
     raise SystemExit(f"{len(study.failed)} runs failed: {', '.join(study.failed)}")
