@@ -252,10 +252,10 @@ def _sizes_lines(archive: pathlib.Path) -> list[str]:
     for attention in ("softmax", "relu"):
       values = [found[attention, s] for s in al.SEEDS if (attention, s) in found]
       cells.append(f"{100 * np.mean(values):.2f}" if values else "-")
-    pairs = [found["relu", s] - found["softmax", s] for s in al.SEEDS
-             if ("relu", s) in found and ("softmax", s) in found]
-    se = np.std(pairs, ddof=1) / np.sqrt(len(pairs)) if len(pairs) > 1 else None
-    cells.append("-" if se is None else f"{100 * np.mean(pairs):+.2f} ({100 * se:.2f})")
+    paired = [s for s in al.SEEDS if ("relu", s) in found and ("softmax", s) in found]
+    test = al.paired_test([found["relu", s] for s in paired],
+                          [found["softmax", s] for s in paired]) if len(paired) > 1 else None
+    cells.append("-" if test is None else f"{100 * test.mean:+.2f} ({100 * test.se:.2f})")
     lines.append(f"| {images:,} | {len(found)} of 6 | " + " | ".join(cells) + " |")
   diverged = [r.run_id for r in size_runs()
                if (archive / "runs" / r.run_id / run_status.DIVERGED_FILE).exists()]
