@@ -280,3 +280,20 @@ def test_the_report_redraws_the_interim_verdict_from_an_archive(tmp_path):
   assert "L = 49: +1.00 points" in text and ": better" in text
   assert (tmp_path / "out" / "accuracy_vs_alpha.png").stat().st_size > 10_000
   assert (tmp_path / "out" / "alpha_star.png").stat().st_size > 10_000
+  assert (tmp_path / "out" / "mixing.png").stat().st_size > 10_000
+  # The mixing figure: at each complete length, every cell but attention off at its row sum
+  # (0.5 here; softmax's too) and its test result minus attention off's, seed-paired.
+  runs = report.collect(tmp_path)
+  (ax,) = report.plot_mixing(runs).axes
+  assert [c.get_label() for c in ax.containers] == ["L = 16", "L = 49"]
+  for container, patch in zip(ax.containers, (7, 4)):
+    x, y = container.lines[0].get_data()
+    test = {r.run.run_id: r.result.test_at_best for r in runs}
+
+    def minus_off(cell):
+      return 100 * np.mean([test[al.GRID.run(**cell, seed=s).run_id]
+                            - test[al.GRID.run(patch=patch, attention="zero", seed=s).run_id]
+                            for s in al.SEEDS])
+    expected = [minus_off(c) for c in al.cells(patch) if c["attention"] != "zero"]
+    np.testing.assert_allclose(x, 0.5)
+    np.testing.assert_allclose(y, expected)

@@ -7,9 +7,10 @@ r"""The alpha-length study's report, redrawn from its archive (docs/alpha_length
 Writes `<out>/results.md` (per length: each cell's validation score and test result over seeds,
 its distance from attention off and from softmax, the attention statistics at the start and the
 end; alpha*(L) with its bootstrap interval; the verdict by the pre-registered rule once a length's
-grid is complete; relu/L against softmax; the trivial baselines; the compute spent) and two
-figures: `accuracy_vs_alpha.png` and `alpha_star.png`. Everything is computed by
-`protocol`'s functions (the protocol's code) from the archived metrics.jsonl.
+grid is complete; relu/L against softmax; the trivial baselines; the compute spent) and three
+figures: `accuracy_vs_alpha.png`, `alpha_star.png` and `mixing.png` (each cell against attention
+off, by its row sum). Everything is computed by `protocol`'s functions (the protocol's code)
+from the archived metrics.jsonl.
 """
 from __future__ import annotations
 
@@ -87,13 +88,30 @@ def _mean_se(values: Sequence[float]) -> str:
   return f"{v.mean():.2f}{se} (n={len(v)})"
 
 
-def _paired(a: Mapping[int, Archived], b: Mapping[int, Archived]) -> str:
+def _paired_test(a: Mapping[int, Archived], b: Mapping[int, Archived]) -> al.PairedTest | None:
+  """a - b on the test results of the seeds both have (None below two pairs)."""
   seeds = sorted(set(a) & set(b))
   if len(seeds) < 2:
-    return "-"
-  test = al.paired_test([a[s].result.test_at_best for s in seeds],
+    return None
+  return al.paired_test([a[s].result.test_at_best for s in seeds],
                         [b[s].result.test_at_best for s in seeds])
+
+
+def _paired(a: Mapping[int, Archived], b: Mapping[int, Archived]) -> str:
+  test = _paired_test(a, b)
+  if test is None:
+    return "-"
   return f"{100 * test.mean:+.2f} [{100 * test.lower:+.2f}, {100 * test.upper:+.2f}]"
+
+
+def _last_layer(items: Sequence[Archived]) -> int:
+  return max(int(k.split("/")[0].removeprefix("layer")) for k in items[0].last)
+
+
+def _stat_mean(items: Sequence[Archived], key: str, when: str) -> float:
+  """The seed mean of one last-layer attention statistic at `when` ('first' or 'last')."""
+  layer = _last_layer(items)
+  return float(np.mean([getattr(i, when).get(f"layer{layer}/{key}", np.nan) for i in items]))
 
 
 def complete_accuracies(runs: Sequence[Archived]) -> al.Accuracies:
@@ -120,18 +138,13 @@ def length_table(runs: Sequence[Archived], patch: int) -> list[str]:
            "- attention off (test, 90% t) | - softmax (test, 90% t) | row sum, last layer "
            "(start -> end) | attention / residual, last layer (start -> end) |",
            "|---|---|---|---|---|---|---|---|"]
-  layer = None
   for name, seeds in cells.items():
     items = [seeds[s] for s in sorted(seeds)]
-    if layer is None and items:
-      layer = max(int(k.split("/")[0].removeprefix("layer")) for k in items[0].last)
 
     def stat(key: str, items=items) -> str:
-      if not items or layer is None:
+      if not items:
         return "-"
-      first = np.mean([i.first.get(f"layer{layer}/{key}", np.nan) for i in items])
-      last = np.mean([i.last.get(f"layer{layer}/{key}", np.nan) for i in items])
-      return f"{first:.3f} -> {last:.3f}"
+      return f"{_stat_mean(items, key, 'first'):.3f} -> {_stat_mean(items, key, 'last'):.3f}"
     lines.append(
         f"| {name} | {_mean_se([i.result.val_best for i in items])} | "
         f"{_mean_se([i.result.test_at_best for i in items])} | "
@@ -241,6 +254,42 @@ def plot_accuracy(runs: Sequence[Archived]) -> Figure:
   return figure
 
 
+def plot_mixing(runs: Sequence[Archived]) -> Figure:
+  """Each cell's test result minus attention off's (seed-paired mean, bars its 90% t interval)
+  against its last layer's mean row sum at the end of training (seed mean; softmax's is 1), one
+  series per length: whether a cell's lead over no mixing grows or vanishes as its attention
+  weights go to 0 (docs/alpha_length.md, section 5, attention off)."""
+  figure = Figure(figsize=(5.5, 3.8), layout="constrained")
+  FigureCanvasAgg(figure)
+  ax = figure.subplots()
+  for patch, length in al.PATCH_TO_LENGTH.items():
+    cells = _by_cell(runs, patch)
+    points = []  # (row sum, difference, lower, upper, label)
+    for name, seeds in cells.items():
+      test = _paired_test(seeds, cells["zero"]) if name != "zero" else None
+      if test is not None:
+        row_sum = _stat_mean([seeds[s] for s in sorted(seeds)], "row_sum_mean", "last")
+        points.append((row_sum, 100 * test.mean, 100 * test.lower, 100 * test.upper,
+                       name.removeprefix("relu a")))
+    if not points:
+      continue
+    *numbers, labels = zip(*points)
+    x, y, low, high = np.asarray(numbers, np.float64)
+    line = ax.errorbar(x, y, yerr=[np.subtract(y, low), np.subtract(high, y)], fmt="o",
+                       capsize=3, label=f"L = {length}")
+    for xi, yi, label in zip(x, y, labels):
+      ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=6,
+                  color=line[0].get_color())
+  ax.axhline(0, color="gray", linestyle=":")
+  ax.set_xscale("log")
+  ax.set_xlabel("row sum of the attention weights, last layer, end of training")
+  ax.set_ylabel("test - attention off (points)")
+  ax.set_title("relu alphas (labelled) and softmax against no token mixing")
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(fontsize=7)
+  return figure
+
+
 def _bootstrap_stars(by_alpha: Mapping[float, Sequence[float]]) -> np.ndarray:
   """alpha* of one length over the protocol's bootstrap resamples of its seeds."""
   rng = np.random.Generator(np.random.PCG64(al.BOOTSTRAP_SEED))
@@ -294,9 +343,11 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     lines += length_table(runs, patch)
   lines += verdict_lines(runs) + relu_vs_softmax_lines(runs) + baseline_lines(archive)
   lines += ["![accuracy against alpha](accuracy_vs_alpha.png)", "",
-            "![alpha* against ln L](alpha_star.png)", ""]
+            "![alpha* against ln L](alpha_star.png)", "",
+            "![each cell against attention off, by its row sum](mixing.png)", ""]
   for name, figure in (("accuracy_vs_alpha.png", plot_accuracy(runs)),
-                       ("alpha_star.png", plot_alpha_star(runs))):
+                       ("alpha_star.png", plot_alpha_star(runs)),
+                       ("mixing.png", plot_mixing(runs))):
     figure.savefig(out / name, dpi=110)
   path = out / "results.md"
   path.write_text("\n".join(lines))
