@@ -225,12 +225,13 @@ def test_paired_test_against_scipy():
 
 # ----------------------------------------------------------------------------- the report
 
-def _write_run(archive, run, val, test, stats=0.5):
-  """An archived run whose val/test curves peak at `val`/`test` at step 100, then fall."""
+def _write_run(archive, run, val, test):
+  """An archived run whose val/test curves peak at `val`/`test` at step 100, then fall; its
+  attention statistics are 0.5 (row sums) and 0.25 (branch / residual) at every layer."""
   path = archive / "runs" / run.run_id
   path.mkdir(parents=True)
-  layer = {f"attention/layer{i}/{k}": stats for i in range(4)
-           for k in ("row_sum_mean", "attention_to_residual")}
+  layer = {f"attention/layer{i}/{k}": value for i in range(4)
+           for k, value in (("row_sum_mean", 0.5), ("attention_to_residual", 0.25))}
   rows = [dict(step=1, **{"val/prec@1": 0.1, "test/prec@1": 0.1}, **layer),
           dict(step=100, **{"val/prec@1": val, "test/prec@1": test}),
           dict(step=200, **{"val/prec@1": val - 0.01, "test/prec@1": test - 0.02,
@@ -282,11 +283,14 @@ def test_the_report_redraws_the_interim_verdict_from_an_archive(tmp_path):
   assert (tmp_path / "out" / "alpha_star.png").stat().st_size > 10_000
   assert (tmp_path / "out" / "mixing.png").stat().st_size > 10_000
   # The mixing figure: at each complete length, every cell but attention off at its row sum
-  # (0.5 here; softmax's too) and its test result minus attention off's, seed-paired.
+  # (left, 0.5 here, softmax's too) and its branch / residual (right, 0.25), and its test
+  # result minus attention off's, seed-paired.
   runs = report.collect(tmp_path)
-  (ax,) = report.plot_mixing(runs).axes
-  assert [c.get_label() for c in ax.containers] == ["L = 16", "L = 49"]
-  for container, patch in zip(ax.containers, (7, 4)):
+  axes = report.plot_mixing(runs).axes
+  assert len(axes) == 2
+  containers = [(c, statistic) for ax, statistic in zip(axes, (0.5, 0.25)) for c in ax.containers]
+  assert [c.get_label() for c, _ in containers] == ["L = 16", "L = 49"] * 2
+  for (container, statistic), patch in zip(containers, (7, 4) * 2):
     x, y = container.lines[0].get_data()
     test = {r.run.run_id: r.result.test_at_best for r in runs}
 
@@ -295,5 +299,5 @@ def test_the_report_redraws_the_interim_verdict_from_an_archive(tmp_path):
                             - test[al.GRID.run(patch=patch, attention="zero", seed=s).run_id]
                             for s in al.SEEDS])
     expected = [minus_off(c) for c in al.cells(patch) if c["attention"] != "zero"]
-    np.testing.assert_allclose(x, 0.5)
+    np.testing.assert_allclose(x, statistic)
     np.testing.assert_allclose(y, expected)

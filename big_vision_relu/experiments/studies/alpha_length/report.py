@@ -9,7 +9,7 @@ its distance from attention off and from softmax, the attention statistics at th
 end; alpha*(L) with its bootstrap interval; the verdict by the pre-registered rule once a length's
 grid is complete; relu/L against softmax; the trivial baselines; the compute spent) and three
 figures: `accuracy_vs_alpha.png`, `alpha_star.png` and `mixing.png` (each cell against attention
-off, by its row sum). Everything is computed by `protocol`'s functions (the protocol's code)
+off, by its row sum and its attention share). Everything is computed by `protocol`'s functions (the protocol's code)
 from the archived metrics.jsonl.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from absl import app, flags
+from matplotlib import ticker
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -254,39 +255,49 @@ def plot_accuracy(runs: Sequence[Archived]) -> Figure:
   return figure
 
 
+MIXING_AXES = (("row_sum_mean", "row sum of the attention weights"),
+               ("attention_to_residual", "|attention branch| / |residual stream|"))
+
+
 def plot_mixing(runs: Sequence[Archived]) -> Figure:
   """Each cell's test result minus attention off's (seed-paired mean, bars its 90% t interval)
-  against its last layer's mean row sum at the end of training (seed mean; softmax's is 1), one
-  series per length: whether a cell's lead over no mixing grows or vanishes as its attention
-  weights go to 0 (docs/alpha_length.md, section 5, attention off)."""
-  figure = Figure(figsize=(5.5, 3.8), layout="constrained")
+  against its last layer's attention statistics at the end of training (seed means): the mean
+  row sum of the weights (softmax's is 1) and the attention branch's norm over the residual
+  stream's (attention off's is its output bias), one panel each, one series per length: whether
+  a cell's lead over no mixing vanishes as its weights go to 0, and whether its branch does
+  (docs/alpha_length.md, section 5, attention off)."""
+  figure = Figure(figsize=(10, 3.8), layout="constrained")
   FigureCanvasAgg(figure)
-  ax = figure.subplots()
-  for patch, length in al.PATCH_TO_LENGTH.items():
-    cells = _by_cell(runs, patch)
-    points = []  # (row sum, difference, lower, upper, label)
-    for name, seeds in cells.items():
-      test = _paired_test(seeds, cells["zero"]) if name != "zero" else None
-      if test is not None:
-        row_sum = _stat_mean([seeds[s] for s in sorted(seeds)], "row_sum_mean", "last")
-        points.append((row_sum, 100 * test.mean, 100 * test.lower, 100 * test.upper,
-                       name.removeprefix("relu a")))
-    if not points:
-      continue
-    *numbers, labels = zip(*points)
-    x, y, low, high = np.asarray(numbers, np.float64)
-    line = ax.errorbar(x, y, yerr=[np.subtract(y, low), np.subtract(high, y)], fmt="o",
-                       capsize=3, label=f"L = {length}")
-    for xi, yi, label in zip(x, y, labels):
-      ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=6,
-                  color=line[0].get_color())
-  ax.axhline(0, color="gray", linestyle=":")
-  ax.set_xscale("log")
-  ax.set_xlabel("row sum of the attention weights, last layer, end of training")
-  ax.set_ylabel("test - attention off (points)")
-  ax.set_title("relu alphas (labelled) and softmax against no token mixing")
-  if ax.get_legend_handles_labels()[0]:
-    ax.legend(fontsize=7)
+  axes = figure.subplots(1, len(MIXING_AXES))
+  for ax, (key, description) in zip(axes, MIXING_AXES):
+    for patch, length in al.PATCH_TO_LENGTH.items():
+      cells = _by_cell(runs, patch)
+      points = []  # (statistic, difference, lower, upper, label)
+      for name, seeds in cells.items():
+        test = _paired_test(seeds, cells["zero"]) if name != "zero" else None
+        if test is not None:
+          points.append((_stat_mean([seeds[s] for s in sorted(seeds)], key, "last"),
+                         100 * test.mean, 100 * test.lower, 100 * test.upper,
+                         name.removeprefix("relu a")))
+      if not points:
+        continue
+      *numbers, labels = zip(*points)
+      x, y, low, high = np.asarray(numbers, np.float64)
+      line = ax.errorbar(x, y, yerr=[y - low, high - y], fmt="o", capsize=3,
+                         label=f"L = {length}")
+      for xi, yi, label in zip(x, y, labels):
+        ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=6,
+                    color=line[0].get_color())
+    ax.axhline(0, color="gray", linestyle=":")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
+    ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.set_xlabel(f"{description}, last layer, end of training")
+    ax.set_ylabel("test - attention off (points)")
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=7)
+  figure.suptitle("relu alphas (labelled) and softmax against no token mixing")
   return figure
 
 
