@@ -9,8 +9,8 @@ its distance from attention off and from softmax, the attention statistics at th
 end; alpha*(L) with its bootstrap interval; the verdict by the pre-registered rule once a length's
 grid is complete; relu/L against softmax; the trivial baselines; the compute spent) and three
 figures: `accuracy_vs_alpha.png`, `alpha_star.png` and `mixing.png` (each cell against attention
-off, by its row sum and its attention share). Everything is computed by `protocol`'s functions (the protocol's code)
-from the archived metrics.jsonl.
+off, by its row sum and its attention share). Everything is computed by `protocol`'s functions
+(the protocol's code) from the archived metrics.jsonl.
 """
 from __future__ import annotations
 
