@@ -6,7 +6,8 @@
 # fresh checkout.
 #
 #   bash launch/study.sh fmnist              # start / resume in the background
-#   bash launch/study.sh fmnist status       # per-phase progress; started runs' checkpoint steps
+#   bash launch/study.sh fmnist status       # per-phase progress; started runs' checkpoint steps;
+#                                            # a gated plan's gate: what may train now, and why
 #   bash launch/study.sh fmnist park         # packs the unarchived runs' newest checkpoints into
 #                                            # ARCHIVE/parked; the study trains on
 #   bash launch/study.sh fmnist stop         # trainers checkpoint and exit; waits for it, then

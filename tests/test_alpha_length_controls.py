@@ -108,8 +108,15 @@ def test_the_gate_waits_for_the_grid_and_is_moot_when_the_grid_does_not_overfit(
     _write(tmp_path / "alpha_length", run, RISING)
   assert controls.gate(archive) == ((), "waiting for the grid at L = 49: 1 of 27 runs not "
                                     f"archived in {tmp_path / 'alpha_length'}")
+  # `--status` says it too (a plan without a gate: every phase).
+  assert study.gate_line(controls.PLAN, archive) == (
+      "gate: phases none may train now (waiting for the grid at L = 49: 1 of 27 runs not "
+      f"archived in {tmp_path / 'alpha_length'})")
+  assert study.gate_line(plans.load("repro"), archive) == "gate: every phase may train"
   _write(tmp_path / "alpha_length", al.runs(4)[-1], RISING)
   assert controls.gate(archive)[0] == (0,)
+  assert study.gate_line(controls.PLAN, archive) == (
+      "gate: phases 0 may train now (choosing the regulariser (phase 0))")
   for run in al.runs(4):
     (tmp_path / "alpha_length" / "runs" / run.run_id / "metrics.jsonl").unlink()
     (tmp_path / "alpha_length" / "runs" / run.run_id).rmdir()

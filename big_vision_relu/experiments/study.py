@@ -332,6 +332,15 @@ def print_status(root: pathlib.Path, archive: pathlib.Path, planned: Sequence[pl
           f"workdir, {'-' if parked is None else parked} parked")
 
 
+def gate_line(plan: plans.Plan, archive: pathlib.Path) -> str:
+  """What the plan's gate lets a start train now, and why (for --status)."""
+  closed = plan.gate(archive) if plan.gate is not None else None
+  if closed is None:
+    return "gate: every phase may train"
+  open_phases, reason = closed
+  return f"gate: phases {','.join(map(str, open_phases)) or 'none'} may train now ({reason})"
+
+
 def settings(plan: plans.Plan) -> str:
   """What launch/study.sh needs of the plan, as shell assignments (`eval`ed there)."""
   values = {"DATASETS": ",".join(plan.datasets), "DATA_PACKAGES": " ".join(plan.data_packages),
@@ -389,6 +398,8 @@ def main(argv: list[str]) -> None:
     planned = plan.runs(phases)
     if FLAGS.status:
       print_status(root, archive, planned, phases)
+      if plan.gate is not None:
+        print(gate_line(plan, archive))
       return
     # Beside a running study (parking.py says why that is safe), not another park.
     with _acquire_lock(root / "park.lock", "Another --park"):
@@ -439,7 +450,8 @@ if __name__ == "__main__":
   flags.DEFINE_integer("max_runs", None, "Stop after starting this many runs.")
   flags.DEFINE_string("config_args", "", "Appended to every run's config argument, e.g. "
                       "'runlocal' for a smoke study (use another --root).")
-  flags.DEFINE_bool("status", False, "Print per-phase progress and exit.")
+  flags.DEFINE_bool("status", False, "Print per-phase progress (and, for a gated plan, what "
+                    "its gate lets train now) and exit.")
   flags.DEFINE_bool("park", False, "Pack the newest checkpoint of every started run not archived "
                     "into <archive>/parked (parking.py; the next start on any machine resumes "
                     "from it) and exit; the study may be running.")
