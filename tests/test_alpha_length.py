@@ -301,3 +301,20 @@ def test_the_report_redraws_the_interim_verdict_from_an_archive(tmp_path):
     expected = [minus_off(c) for c in al.cells(patch) if c["attention"] != "zero"]
     np.testing.assert_allclose(x, statistic)
     np.testing.assert_allclose(y, expected)
+  # Section 5's reading of the verdict: the validation argmax (alpha 1 here) against attention
+  # off, seed-paired on test. Attention off's test is 0.848 here, relu alpha 1's 0.898: better.
+  assert ("- L = 16: relu alpha 1 - attention off +5.00 points, 90% [+5.00, +5.00]: better"
+          in text)
+  assert "At every complete length the best alpha is better than attention off." in text
+  # Attention off as good as the argmax at L = 49 (differences -0.1, +0.2, -0.05 points):
+  # not better there, and the verdict is marked as no evidence about the normaliser.
+  for seed, offset in zip(al.SEEDS, (0.001, -0.002, 0.0005)):
+    run = al.GRID.run(patch=4, attention="zero", seed=seed)
+    shutil.rmtree(tmp_path / "runs" / run.run_id)
+    _write_run(tmp_path, run, 0.9, 0.898 + offset)
+  text = report.write(tmp_path, tmp_path / "out").read_text()
+  assert "- L = 16: relu alpha 1 - attention off +5.00 points" in text
+  assert "- L = 49: relu alpha 1 - attention off +0.02 points" in text
+  assert ("At L = 49 the best alpha is not better than attention off (section 5: it wins by "
+          "switching attention off): the verdict is not evidence about the normaliser there."
+          in text)

@@ -180,6 +180,40 @@ def verdict_lines(runs: Sequence[Archived]) -> list[str]:
   return lines
 
 
+def attention_off_lines(runs: Sequence[Archived]) -> list[str]:
+  """Markdown lines: section 5's reading of the verdict. At every complete length, the
+  validation argmax (the grid point alpha* is fitted around) minus attention off, seed-paired
+  test results; where that cell is not better than attention off, the verdict there is not
+  evidence about the normaliser."""
+  accuracies = complete_accuracies(runs)
+  if not accuracies:
+    return []
+  lines = ["## The validation argmax against attention off (section 5)", ""]
+  patches = {length: patch for patch, length in al.PATCH_TO_LENGTH.items()}
+  not_better = []
+  for length, by_alpha in sorted(accuracies.items()):
+    alphas = sorted(by_alpha)
+    best = alphas[int(np.argmax([np.mean(by_alpha[a]) for a in alphas]))]  # alpha_star's argmax
+    cells = _by_cell(runs, patches[length])
+    test = _paired_test(cells[f"relu a{best:g}"], cells["zero"])
+    if test is None:
+      lines.append(f"- L = {length}: relu alpha {best:g} - attention off: attention off has "
+                   "fewer than two seeds archived")
+      not_better.append(length)
+      continue
+    lines.append(f"- L = {length}: relu alpha {best:g} - attention off "
+                 f"{100 * test.mean:+.2f} points, 90% [{100 * test.lower:+.2f}, "
+                 f"{100 * test.upper:+.2f}]: {'better' if test.superior else 'not better'}")
+    if not test.superior:
+      not_better.append(length)
+  lines += ["", (f"At L = {', '.join(map(str, not_better))} the best alpha is not better than "
+                 "attention off (section 5: it wins by switching attention off): the verdict is "
+                 "not evidence about the normaliser there."
+                 if not_better else "At every complete length the best alpha is better than "
+                 "attention off."), ""]
+  return lines
+
+
 def relu_vs_softmax_lines(runs: Sequence[Archived]) -> list[str]:
   lines = ["## relu/L (alpha 1) - softmax, test results, paired by seed (margin 1 point)", ""]
   for patch, length in al.PATCH_TO_LENGTH.items():
@@ -352,7 +386,8 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
            "%, seed means +- SE; differences in points, seed-paired, with 90% t intervals.", ""]
   for patch in al.PATCH_TO_LENGTH:
     lines += length_table(runs, patch)
-  lines += verdict_lines(runs) + relu_vs_softmax_lines(runs) + baseline_lines(archive)
+  lines += (verdict_lines(runs) + attention_off_lines(runs) + relu_vs_softmax_lines(runs)
+            + baseline_lines(archive))
   lines += ["![accuracy against alpha](accuracy_vs_alpha.png)", "",
             "![alpha* against ln L](alpha_star.png)", "",
             "![each cell against attention off, by its row sum](mixing.png)", ""]
