@@ -157,7 +157,7 @@ def test_run_result_selects_on_validation_only():
           {"step": 20, "val/prec@1": 0.8, "test/prec@1": 0.6}]
   result = al.run_result(rows)
   assert (result.val_best, result.step_best, result.test_at_best) == (0.8, 10, 0.7)
-  assert result.test_final == 0.6 and result.evaluations == 3
+  assert (result.test_final, result.val_final, result.evaluations) == (0.6, 0.8, 3)
 
 
 def test_alpha_star_is_the_parabolas_vertex():
@@ -318,3 +318,22 @@ def test_the_report_redraws_the_interim_verdict_from_an_archive(tmp_path):
   assert ("At L = 49 the best alpha is not better than attention off (section 5: it wins by "
           "switching attention off): the verdict is not evidence about the normaliser there."
           in text)
+
+
+def test_the_report_reads_alpha_star_through_each_readout():
+  """Each readout of a run (best and final val, test at the selected step and final) feeds
+  alpha* on its own: parabolas in alpha with vertices 1.1, 0.6, 1.4 and 2.5 (past the grid's
+  end: censored at 2) give exactly those alpha*s."""
+  from big_vision_relu.experiments.studies.alpha_length import report
+  vertex = {"val_best": 1.1, "val_final": 0.6, "test_at_best": 1.4, "test_final": 2.5}
+  runs = [report.Archived(
+      run, al.RunResult(step_best=100, evaluations=21, **{
+          name: 0.9 - 0.03 * (run.args["alpha"] - v) ** 2 for name, v in vertex.items()}),
+      first={}, last={}, core_hours=0.0)
+          for run in al.runs(7) if run.args["attention"] == "relu"]
+  assert report.readout_lines(runs) == [
+      "## alpha* through other readouts of the same runs (description, not the rule)", "",
+      "| readout | alpha*(16) |", "|---|---|",
+      "| best val (the rule) | 1.10 |", "| final val | 0.60 |",
+      "| test at the selected step | 1.40 |", "| final test | 2.00 (censored) |", ""]
+  assert report.readout_lines(runs[:-1]) == []  # no complete length

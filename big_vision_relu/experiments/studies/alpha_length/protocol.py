@@ -82,6 +82,7 @@ class RunResult:
   step_best: int  # its step (the earliest, on ties)
   test_at_best: float  # test/prec@1 at that step: the run's test result
   test_final: float  # test/prec@1 at the last evaluation
+  val_final: float  # val/prec@1 at the last evaluation (reported beside the rule, not used by it)
   evaluations: int
 
 
@@ -95,7 +96,8 @@ def run_result(rows: Sequence[Mapping[str, Any]]) -> RunResult:
     raise ValueError(f"No step logged both {VAL} and {TEST}.")
   best = max(points, key=lambda p: (p[1], -p[0]))
   return RunResult(val_best=best[1], step_best=best[0], test_at_best=best[2],
-                   test_final=max(points)[2], evaluations=len(points))
+                   test_final=max(points)[2], val_final=max(points)[1],
+                   evaluations=len(points))
 
 
 # ----------------------------------------------------------------------------- alpha*(L)

@@ -15,9 +15,10 @@ off, by its row sum and its attention share). Everything is computed by `protoco
 from __future__ import annotations
 
 import dataclasses
+import operator
 import json
 import pathlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,11 @@ from big_vision_relu.experiments.studies.alpha_length import protocol as al
 
 ATTENTION_STATS = ("row_sum_mean", "attention_to_residual")
 CORE_HOURS = "core_hours"
+VAL_SCORE = operator.attrgetter("val_best")  # the rule's readout (section 3)
+# Other readouts of a run, alpha* through each reported beside the rule's (description only).
+READOUTS = {"best val (the rule)": VAL_SCORE, "final val": operator.attrgetter("val_final"),
+            "test at the selected step": operator.attrgetter("test_at_best"),
+            "final test": operator.attrgetter("test_final")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,13 +121,15 @@ def _stat_mean(items: Sequence[Archived], key: str, when: str) -> float:
   return float(np.mean([getattr(i, when).get(f"layer{layer}/{key}", np.nan) for i in items]))
 
 
-def complete_accuracies(runs: Sequence[Archived]) -> al.Accuracies:
-  """L -> alpha -> per-seed validation score, for the lengths whose relu grid has every seed."""
+def complete_accuracies(runs: Sequence[Archived],
+                        readout: Callable[[al.RunResult], float] = VAL_SCORE) -> al.Accuracies:
+  """L -> alpha -> per-seed `readout` (the rule's: the validation score), for the lengths
+  whose relu grid has every seed."""
   accuracies = {}
   for patch, length in al.PATCH_TO_LENGTH.items():
     by_alpha = {}
     for alpha in al.ALPHAS[length]:
-      seeds = {r.run.args["seed"]: r.result.val_best for r in runs
+      seeds = {r.run.args["seed"]: readout(r.result) for r in runs
                if r.run.args["patch"] == patch and r.run.args["attention"] == "relu"
                and r.run.args["alpha"] == alpha}
       by_alpha[alpha] = [seeds[s] for s in al.SEEDS if s in seeds]
@@ -178,6 +186,24 @@ def verdict_lines(runs: Sequence[Archived]) -> list[str]:
             f"- **{kind} verdict ({', '.join(map(str, sorted(accuracies)))}): "
             f"{decision.verdict}** ({decision.reason})", ""]
   return lines
+
+
+def readout_lines(runs: Sequence[Archived]) -> list[str]:
+  """Markdown lines: alpha* of every complete length through each of READOUTS, the rule's first
+  (point estimates of the seed means). Description beside the rule: the rule reads validation
+  only, and the test split selects nothing."""
+  columns = sorted(complete_accuracies(runs))
+  if not columns:
+    return []
+  lines = ["## alpha* through other readouts of the same runs (description, not the rule)", "",
+           "| readout | " + " | ".join(f"alpha*({length})" for length in columns) + " |",
+           "|---|" + "---|" * len(columns)]
+  for name, readout in READOUTS.items():
+    stars = al.alpha_stars(complete_accuracies(runs, readout))
+    lines.append(f"| {name} | " + " | ".join(
+        f"{stars[n].alpha:.2f}" + (" (censored)" if stars[n].censored else "")
+        for n in columns) + " |")
+  return lines + [""]
 
 
 def attention_off_lines(runs: Sequence[Archived]) -> list[str]:
@@ -386,8 +412,8 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
            "%, seed means +- SE; differences in points, seed-paired, with 90% t intervals.", ""]
   for patch in al.PATCH_TO_LENGTH:
     lines += length_table(runs, patch)
-  lines += (verdict_lines(runs) + attention_off_lines(runs) + relu_vs_softmax_lines(runs)
-            + baseline_lines(archive))
+  lines += (verdict_lines(runs) + readout_lines(runs) + attention_off_lines(runs)
+            + relu_vs_softmax_lines(runs) + baseline_lines(archive))
   lines += ["![accuracy against alpha](accuracy_vs_alpha.png)", "",
             "![alpha* against ln L](alpha_star.png)", "",
             "![each cell against attention off, by its row sum](mixing.png)", ""]
