@@ -4,6 +4,7 @@ gate waits for the grid and opens only what section 7's rule allows, its choice 
 follow the rule on synthetic archives."""
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -135,30 +136,40 @@ def test_the_gate_waits_for_the_grid_and_is_moot_when_the_grid_does_not_overfit(
       [r.run_id for r in controls.candidate_runs()]
 
 
-@pytest.mark.parametrize("curves, chosen, meets", [
-    ((RISING, FLAT, FLAT, FLAT), "R2", True),  # the first that meets, in R1-R4 order
-    ((FLAT, FLAT, RISING, FLAT), "R1", True),
-    ((RISING, (0.4, 0.3, 0.32), RISING, (0.4, 0.3, 0.315)), "R4", False),  # smallest rise
+@pytest.mark.parametrize("curves, chosen, meets, decided_after", [
+    ((RISING, FLAT, FLAT, FLAT), "R2", True, 2),  # the first that meets, in R1-R4 order
+    ((FLAT, FLAT, RISING, FLAT), "R1", True, 1),  # R2-R4 cannot change it: chosen at once
+    ((RISING, (0.4, 0.3, 0.32), RISING, (0.4, 0.3, 0.315)), "R4", False, 4),  # smallest rise
 ])
-def test_the_choice_opens_the_chosen_candidates_phase(tmp_path, curves, chosen, meets):
+def test_the_choice_opens_the_chosen_candidates_phase(tmp_path, curves, chosen, meets,
+                                                      decided_after):
   archive = tmp_path / "alpha_length_controls"
   _write_grid(tmp_path, RISING)
-  for run, curve in zip(controls.candidate_runs()[:3], curves, strict=False):
-    _write(archive, run, curve)
-  assert controls.gate(archive)[0] == (0,)  # R4 not archived: no choice yet
-  _write(archive, controls.candidate_runs()[3], curves[3])
-  choice = controls.choose(controls.candidate_rises(archive))
-  assert (choice.name, choice.meets) == (chosen, meets)
   phase = 1 + list(controls.CANDIDATES).index(chosen)
-  assert controls.gate(archive) == ((0, phase), f"{chosen} chosen")
+  # Candidates archived one by one, in R1-R4 order: no choice until the archived ones decide
+  # it, and then the one all four give.
+  for archived, (run, curve) in enumerate(zip(controls.candidate_runs(), curves, strict=True)):
+    _write(archive, run, curve)
+    choice = controls.choose(controls.candidate_rises(archive))
+    if archived + 1 < decided_after:
+      assert choice.name is None
+      assert controls.gate(archive) == ((0,), "choosing the regulariser (phase 0)")
+    else:
+      assert (choice.name, choice.meets) == (chosen, meets)
+      # Its comparison alone: the candidates still unarchived wait until it is archived.
+      assert controls.gate(archive) == ((phase,), f"{chosen} chosen")
   assert controls.PLAN.phases[phase][0] == chosen
+  # A later candidate archived out of order does not decide before an earlier one.
+  shutil.rmtree(archive / "runs" / controls.candidate_runs()[0].run_id)
+  assert controls.choose(controls.candidate_rises(archive)).name is None
+  _write(archive, controls.candidate_runs()[0], curves[0])
   # Control (b) opens once the chosen comparison is archived (a diverged run counts).
   remaining = [r for r in controls.comparison_runs(chosen)
                if not (archive / "runs" / r.run_id).exists()]
   assert len(remaining) == 5
   for run in remaining[:-1]:
     _write(archive, run, FLAT)
-  assert controls.gate(archive)[0] == (0, phase)
+  assert controls.gate(archive)[0] == (phase,)
   _write(archive, remaining[-1], (math.nan,), diverged=True)
   assert controls.gate(archive) == ((0, phase, controls.SIZES_PHASE),
                                     f"{chosen} chosen, control (a) archived; control (b) "

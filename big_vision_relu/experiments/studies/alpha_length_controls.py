@@ -26,12 +26,15 @@ within LOSS_RISE of its minimum over the run's evaluations; if none is, the one 
 smallest such rise (reported as missing the criterion). The gate (`gate`) reads the grid's
 archive, `results/alpha_length` beside this one: nothing trains until the grid at L = 49 is
 archived (section 5: "after the L = 49 grid"); if the grid's softmax seed-0 run there already
-meets the criterion the control is moot and nothing trains; else phase 0; then the chosen
-candidate's phase. A diverged candidate never meets the criterion (an infinite rise); ties in
+meets the criterion the control is moot and nothing trains; else phase 0; then, as soon as the
+archived candidates decide the choice (later ones cannot change it), the chosen candidate's
+phase alone; once that is archived, the candidates still unarchived and control (b). A
+diverged candidate never meets the criterion (an infinite rise); ties in
 the smallest rise go to the first in R1-R4 order. relu/L - softmax is judged by
 section 5's paired rule (`protocol.paired_test`); its result "survives" if the regularised
 verdict is the grid's at L = 49. Control (b) opens once control (a)'s chosen comparison is
-archived (at once if (a) is moot); its rule (`parallel_test`): per seed, the least-squares slope
+archived (at once if (a) is moot; docs/alpha_length.md 7, 2026-12-04 19:55 UTC, says why the
+comparison goes before the undeciding candidates); its rule (`parallel_test`): per seed, the least-squares slope
 of relu/L - softmax on log2(training images), in points per doubling; the curves are "parallel"
 when the 90% t interval of the seeds' mean slope lies inside +-PARALLEL_MARGIN.
 """
@@ -125,17 +128,19 @@ def loss_rise(run_dir: pathlib.Path) -> LossRise | None:
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-  name: str | None  # the chosen candidate; None until every candidate is archived
+  name: str | None  # the chosen candidate; None while the archived ones cannot decide it
   meets: bool  # whether it meets the criterion (else: the smallest rise)
   rises: dict[str, LossRise | None]  # candidate -> its rise (None: not archived)
 
 
 def choose(rises: Mapping[str, LossRise | None]) -> Choice:
-  """Section 7's rule over the candidates' rises, in CANDIDATES order."""
+  """Section 7's rule over the candidates' rises, in CANDIDATES order: the first that meets
+  the criterion, chosen as soon as it and every candidate before it are archived (the later
+  ones cannot change it); else, once all are archived, the smallest rise."""
   rises = {name: rises.get(name) for name in CANDIDATES}
-  if any(r is None for r in rises.values()):
-    return Choice(None, False, rises)
   for name, rise in rises.items():
+    if rise is None:
+      return Choice(None, False, rises)
     if rise.meets:
       return Choice(name, True, rises)
   return Choice(min(rises, key=lambda n: rises[n].rise), False, rises)
@@ -167,7 +172,8 @@ def gate(archive: pathlib.Path) -> tuple[tuple[int, ...], str]:
     return (0,), "choosing the regulariser (phase 0)"
   chosen = 1 + list(CANDIDATES).index(choice.name)
   if not all(_archived(archive / "runs" / run.run_id) for run in comparison_runs(choice.name)):
-    return (0, chosen), f"{choice.name} chosen"
+    # The comparison first: candidates not yet archived (phase 0) cannot change the choice.
+    return (chosen,), f"{choice.name} chosen"
   return (0, chosen, SIZES_PHASE), (f"{choice.name} chosen, control (a) archived; control (b) "
                                     f"(phase {SIZES_PHASE})")
 
@@ -306,7 +312,8 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
   if unregularised is not None and unregularised.meets:
     lines.append("**Moot**: the grid's own softmax run meets the criterion; nothing trains.")
   elif choice.name is None:
-    lines.append("The choice: not yet (every candidate must be archived).")
+    lines.append("The choice: not yet (a candidate before the first that meets the criterion "
+                 "is not archived).")
   else:
     lines.append(f"The choice: **{choice.name}**"
                  + ("" if choice.meets else " (none meets the criterion: the smallest rise)"))
