@@ -28,15 +28,15 @@ archive, `results/alpha_length` beside this one: nothing trains until the grid a
 archived (section 5: "after the L = 49 grid"); if the grid's softmax seed-0 run there already
 meets the criterion the control is moot and nothing trains; else phase 0; then, as soon as the
 archived candidates decide the choice (later ones cannot change it), the chosen candidate's
-phase alone; once that is archived, the candidates still unarchived and control (b). A
-diverged candidate never meets the criterion (an infinite rise); ties in
-the smallest rise go to the first in R1-R4 order. relu/L - softmax is judged by
-section 5's paired rule (`protocol.paired_test`); its result "survives" if the regularised
-verdict is the grid's at L = 49. Control (b) opens once control (a)'s chosen comparison is
-archived (at once if (a) is moot; docs/alpha_length.md 7, 2026-12-04 19:47 UTC, says why the
-comparison goes before the undeciding candidates); its rule (`parallel_test`): per seed, the least-squares slope
-of relu/L - softmax on log2(training images), in points per doubling; the curves are "parallel"
-when the 90% t interval of the seeds' mean slope lies inside +-PARALLEL_MARGIN.
+phase alone; once that is archived, the candidates still unarchived and control (b)
+(docs/alpha_length.md 7, 2026-12-04 19:47 UTC, says why the comparison goes first). A diverged
+candidate never meets the criterion (an infinite rise); ties in the smallest rise go to the
+first in R1-R4 order. relu/L - softmax is judged by section 5's paired rule
+(`protocol.paired_test`); its result "survives" if the regularised verdict is the grid's at
+L = 49. Control (b) opens once control (a)'s chosen comparison is archived (at once if (a) is
+moot); its rule (`parallel_test`): per seed, the least-squares slope of relu/L - softmax on
+log2(training images), in points per doubling; the curves are "parallel" when the 90% t
+interval of the seeds' mean slope lies inside +-PARALLEL_MARGIN.
 """
 from __future__ import annotations
 

@@ -108,6 +108,11 @@ class AlphaStar:
   censored: bool  # the grid argmax is an end of the grid: alpha* may lie beyond it
 
 
+def grid_argmax(accuracy: Sequence[float]) -> int:
+  """The index of the best grid point (the first on ties): the point alpha* is fitted around."""
+  return int(np.argmax(np.asarray(accuracy, np.float64)))
+
+
 def alpha_star(alphas: Sequence[float], accuracy: Sequence[float]) -> AlphaStar:
   """The vertex of the parabola through the best grid point and its two neighbours (clipped to
   their range), or the grid end when the best point is an end (censored). `accuracy`: the
@@ -116,7 +121,7 @@ def alpha_star(alphas: Sequence[float], accuracy: Sequence[float]) -> AlphaStar:
   if a.ndim != 1 or a.shape != y.shape or len(a) < 3 or np.any(np.diff(a) <= 0):
     raise ValueError(f"alpha_star needs >= 3 ascending alphas with one accuracy each, got "
                      f"{list(alphas)} and {list(accuracy)}.")
-  k = int(np.argmax(y))
+  k = grid_argmax(y)
   if k in (0, len(a) - 1):
     return AlphaStar(float(a[k]), censored=True)
   x, z = a[k - 1:k + 2], y[k - 1:k + 2]

@@ -15,8 +15,8 @@ off, by its row sum and its attention share). Everything is computed by `protoco
 from __future__ import annotations
 
 import dataclasses
-import operator
 import json
+import operator
 import pathlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -219,7 +219,7 @@ def attention_off_lines(runs: Sequence[Archived]) -> list[str]:
   not_better = []
   for length, by_alpha in sorted(accuracies.items()):
     alphas = sorted(by_alpha)
-    best = alphas[int(np.argmax([np.mean(by_alpha[a]) for a in alphas]))]  # alpha_star's argmax
+    best = alphas[al.grid_argmax([np.mean(by_alpha[a]) for a in alphas])]
     cells = _by_cell(runs, patches[length])
     test = _paired_test(cells[f"relu a{best:g}"], cells["zero"])
     if test is None:
