@@ -156,8 +156,9 @@ def test_the_choice_opens_the_chosen_candidates_phase(tmp_path, curves, chosen, 
       assert controls.gate(archive) == ((0,), "choosing the regulariser (phase 0)")
     else:
       assert (choice.name, choice.meets) == (chosen, meets)
-      # Its comparison alone: the candidates still unarchived wait until it is archived.
-      assert controls.gate(archive) == ((phase,), f"{chosen} chosen")
+      # Its comparison first; the candidates still unarchived only take idle workers.
+      assert controls.gate(archive) == ((phase, 0), f"{chosen} chosen; the candidates left "
+                                        "take idle workers")
   assert controls.PLAN.phases[phase][0] == chosen
   # A later candidate archived out of order does not decide before an earlier one.
   shutil.rmtree(archive / "runs" / controls.candidate_runs()[0].run_id)
@@ -169,7 +170,7 @@ def test_the_choice_opens_the_chosen_candidates_phase(tmp_path, curves, chosen, 
   assert len(remaining) == 5
   for run in remaining[:-1]:
     _write(archive, run, FLAT)
-  assert controls.gate(archive)[0] == (phase,)
+  assert controls.gate(archive)[0] == (phase, 0)
   _write(archive, remaining[-1], (math.nan,), diverged=True)
   assert controls.gate(archive) == ((0, phase, controls.SIZES_PHASE),
                                     f"{chosen} chosen, control (a) archived; control (b) "

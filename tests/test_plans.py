@@ -105,6 +105,20 @@ def test_a_gate_keeps_closed_phases_from_training(tmp_path):
       range(len(fmnist.phases)))  # accepted: every phase
 
 
+def test_the_gates_order_is_the_order_runs_take_workers(tmp_path):
+  """A gate that opens phase 2 before phase 0: its runs come first in what a round trains, and
+  a phase the start did not choose stays out."""
+  runs = {name: [sweep_lib.Run(f"configs/{name}.py", {"seed": seed}) for seed in (0, 1)]
+          for name in "abc"}
+  gated = plans.Plan(name="ordered", sweeps={name: (lambda r=r: r) for name, r in runs.items()},
+                     phases=(("a", {}), ("b", {}), ("c", {})), datasets=(), docs="",
+                     gate=lambda archive: ((2, 0), "c before a"))
+  opened = study.phases_to_train(gated, tmp_path, None)
+  assert opened == [2, 0] and study.phases_to_train(gated, tmp_path, [0, 1]) == [0]
+  assert [item.run for item in gated.runs([gated.phases[i] for i in opened])] == [
+      *runs["c"], *runs["a"]]
+
+
 def test_a_study_without_a_report_says_so(tmp_path, capsys):
   unreported = plans.Plan(name="unreported", sweeps={}, phases=(), datasets=(), docs="")
   with pytest.raises(SystemExit) as exit_info:

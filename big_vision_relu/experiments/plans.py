@@ -44,7 +44,8 @@ class Plan:
   """One study: what the core trains, in which order, and how it reports.
 
   `gate(archive)`: the indices of the phases its rules let train now, judged on the archive
-  (None: all), with why. `report`: the dotted name of the unit's module whose
+  (None: all), with why, in the order their runs take workers (a phase's runs start only once
+  every run before it in that order has a worker). `report`: the dotted name of the unit's module whose
   `write(archive, out) -> path` writes the study's own report (its verdicts) into the directory
   `out` and returns the path of its main page; the core imports it only to report (it may draw
   with matplotlib, which the study runner never loads); None: the study has no report of its

@@ -350,13 +350,14 @@ def settings(plan: plans.Plan) -> str:
 
 def phases_to_train(plan: plans.Plan, archive: pathlib.Path,
                     chosen: Sequence[int] | None) -> list[int]:
-  """The indices of the phases to train: `chosen` (default: all), less those the plan's gate
-  keeps closed for now."""
+  """The indices of the phases to train, in the order their runs take workers: `chosen`
+  (default: all) in phase order, less those the plan's gate keeps closed for now; a gated
+  plan's in the gate's order."""
   indices = list(range(len(plan.phases))) if chosen is None else list(chosen)
   closed = plan.gate(archive) if plan.gate is not None else None
   if closed is not None:
     open_phases, reason = closed
-    indices = [i for i in indices if i in open_phases]
+    indices = [i for i in open_phases if i in indices]
     logging.warning("%s: only phases %s may train (%s)", plan.name,
                     ",".join(map(str, open_phases)), reason)
   return indices

@@ -28,8 +28,9 @@ archive, `results/alpha_length` beside this one: nothing trains until the grid a
 archived (section 5: "after the L = 49 grid"); if the grid's softmax seed-0 run there already
 meets the criterion the control is moot and nothing trains; else phase 0; then, as soon as the
 archived candidates decide the choice (later ones cannot change it), the chosen candidate's
-phase alone; once that is archived, the candidates still unarchived and control (b)
-(docs/alpha_length.md 7, 2026-12-04 19:47 UTC, says why the comparison goes first). A diverged
+phase first, the candidates still unarchived only on the workers its runs leave idle; once it
+is archived, those candidates and control (b) (docs/alpha_length.md 7, 2026-12-04 19:47 UTC,
+says why the comparison goes first, and 21:30 UTC why idle workers take the candidates). A diverged
 candidate never meets the criterion (an infinite rise); ties in the smallest rise go to the
 first in R1-R4 order. relu/L - softmax is judged by section 5's paired rule
 (`protocol.paired_test`); its result "survives" if the regularised verdict is the grid's at
@@ -172,8 +173,9 @@ def gate(archive: pathlib.Path) -> tuple[tuple[int, ...], str]:
     return (0,), "choosing the regulariser (phase 0)"
   chosen = 1 + list(CANDIDATES).index(choice.name)
   if not all(_archived(archive / "runs" / run.run_id) for run in comparison_runs(choice.name)):
-    # The comparison first: candidates not yet archived (phase 0) cannot change the choice.
-    return (chosen,), f"{choice.name} chosen"
+    # The comparison first: candidates not yet archived (phase 0) cannot change the choice;
+    # they train on the workers its runs leave idle.
+    return (chosen, 0), f"{choice.name} chosen; the candidates left take idle workers"
   return (0, chosen, SIZES_PHASE), (f"{choice.name} chosen, control (a) archived; control (b) "
                                     f"(phase {SIZES_PHASE})")
 
