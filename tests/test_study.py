@@ -408,9 +408,10 @@ def test_a_run_parked_and_resumed_on_a_fresh_machine_ends_as_if_never_stopped(tw
 
 
 def test_one_start_trains_what_the_gate_opens_as_results_arrive(two_run_study, tmp_path):
-  """A gate that opens phase 1 once phase 0's run is archived: one start (train_open_phases)
-  takes both rounds; the plan's gate is asked again only after a round is done. The two runs
-  are done in their workdirs and not archived, so each round archives its run without training."""
+  """A gate that opens phase 1 once phase 0's run is archived: one start (train_open_phases,
+  one Study) takes both; the gate is asked again when a run is done and nothing is queued, until
+  it opens nothing new. The two runs are done in their workdirs and not archived, so each is
+  archived without training (tests/test_pool.py: idle workers take what a gate opens)."""
   root, archive = _copy(two_run_study, tmp_path)
   first, second = (item.run for item in repro.PLAN.runs([repro.PHASES[0]])[:2])
   for run in (first, second):
@@ -432,11 +433,11 @@ def test_one_start_trains_what_the_gate_opens_as_results_arrive(two_run_study, t
                        niceness=0)
 
   last = study.train_open_phases(plan, archive, None, new_study)
-  assert rounds == [[first.run_id], [first.run_id, second.run_id]] and asked == [False, True, True]
+  assert rounds == [[first.run_id]] and asked == [False, True, True]
   assert not last.failed
   for run in (first, second):
     assert run_status.collect_run(run, archive_lib.archived_dir(archive, run)).status == "finished"
-  # One round only with max_runs (as before), and none after a stop.
+  # What the gate opens at the start only with max_runs, and nothing after a stop.
   shutil.rmtree(archive_lib.archived_dir(archive, second))
   rounds.clear()
   study.train_open_phases(plan, archive, None, new_study, max_runs=5)

@@ -9,9 +9,10 @@ r"""Runs a study (its plan: phases of sweep runs) to completion, across sessions
 `--plan` names a study, a unit of experiments/studies/ (`plans.load`; `plans.names()` lists
 them): its phases in order, each run once (a run shared by several sweeps is trained once, in
 `<root>/runs/<run id>`), and only the phases its rules let train now (`Plan.gate`: the
-Fashion-MNIST study's recipe calibration, the alpha-length controls' choice); when those are
-done it asks the gate again and trains what it has opened since (`train_open_phases`), so one
-start takes a gated study as far as its results allow. `--workers` runs train in parallel, each
+Fashion-MNIST study's recipe calibration, the alpha-length controls' choice), in the gate's
+order; whenever a run finishes and a worker has nothing queued, it asks the gate again and
+trains what it has opened since (`train_open_phases`), so one start takes a gated study as far
+as its results allow, and no core waits for a round. `--workers` runs train in parallel, each
 pinned to its own CPU core (on this 2-core machine two pinned runs do ~20% more work than one
 run on both cores, and a run's core hours are then its own CPU time).
 
@@ -52,7 +53,6 @@ import fcntl
 import json
 import os
 import pathlib
-import queue
 import shlex
 import signal
 import subprocess
@@ -65,7 +65,7 @@ from typing import Any
 from absl import app, flags, logging
 
 from big_vision_relu.experiments import archive as archive_lib
-from big_vision_relu.experiments import parking, plans, run_status
+from big_vision_relu.experiments import parking, plans, pool, run_status
 from big_vision_relu.experiments import provenance as provenance_lib
 from big_vision_relu.experiments import sweep as sweep_lib
 
@@ -142,7 +142,7 @@ class Study:
     self.code = code  # the pinned worktree the trainers run from (None: this checkout)
     self.provenance = None if commit is None else {"commit": commit,
                                                    "machine": provenance_lib.machine()}
-    # Shared by the studies of one start (train_open_phases): a stop also stops the next round.
+    # The caller's, if given: a stop signalled before the study exists stops it too.
     self._stopping = threading.Event() if stopping is None else stopping
     self._children: set[subprocess.Popen] = set()
     self._lock = threading.Lock()
@@ -200,10 +200,12 @@ class Study:
                     workdir / "train.log")
       self.failed.append(item.run.run_id)
 
-  def run(self, max_runs: int | None = None) -> None:
-    todo: queue.Queue[plans.PlannedRun] = queue.Queue()
+  def _not_done(self, items: Sequence[plans.PlannedRun]) -> list[plans.PlannedRun]:
+    """The runs of `items` left to train. Puts back a parked checkpoint its workdir is behind;
+    archives a run done in its workdir (its study stopped before archiving it); drops the parked
+    copy of an archived one."""
     pending = []
-    for item in self.planned:
+    for item in items:
       archived = archive_lib.archived_dir(self.archive, item.run)
       if run_status.collect_run(item.run, archived).status in archive_lib.DONE:
         parking.drop(self.archive, item.run.run_id)  # archived by a study that did not unpark it
@@ -216,26 +218,39 @@ class Study:
         archive_lib.archive_run(self.root, self.archive, item, self.provenance)  # done before stop
       else:
         pending.append(item)
-    for item in pending[:max_runs]:
-      todo.put(item)
-    logging.info("%d of %d runs to do; starting %d, %d workers", len(pending),
-                 len(self.planned), todo.qsize(), self.workers)
+    return pending
+
+  def run(self, max_runs: int | None = None,
+          more: Callable[[], Sequence[plans.PlannedRun]] | None = None) -> None:
+    """Trains the planned runs not done (the first `max_runs` of them, if given), `workers` at a
+    time. `more()`, if given, is asked again whenever a worker is free, nothing is queued and a
+    run has finished since it was last asked: the runs it returns that this study has not seen
+    are queued (a gate opened by that run's result: `train_open_phases`). After a failed run it
+    is not asked."""
+    seen = {item.run.run_id for item in self.planned}
+    pending = self._not_done(self.planned)
+    first = pending[:max_runs]
+    logging.info("%d of %d runs to do; starting %d, %d workers", len(pending), len(self.planned),
+                 len(first), self.workers)
+
+    def take() -> list[plans.PlannedRun]:
+      if first:
+        batch = first.copy()
+        first.clear()
+        return batch
+      while more is not None and not self.failed:
+        new = [item for item in more() if item.run.run_id not in seen]
+        if not new:
+          break
+        seen.update(item.run.run_id for item in new)
+        if batch := self._not_done(new):  # else all were done: archived now, so ask again
+          logging.info("%d more runs opened; %d to train", len(new), len(batch))
+          return batch
+      return []
+
     cores = sorted(os.sched_getaffinity(0))
-
-    def work(index: int) -> None:
-      core = cores[index % len(cores)] if self.workers > 1 else None
-      while not self._stopping.is_set():
-        try:
-          item = todo.get_nowait()
-        except queue.Empty:
-          return
-        self._train(item, core)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(self.workers)]
-    for thread in threads:
-      thread.start()
-    for thread in threads:
-      thread.join()
+    pool.work_pool(self.workers, take, lambda item, index: self._train(
+        item, cores[index % len(cores)] if self.workers > 1 else None), self._stopping)
 
 
 def park_unarchived(root: pathlib.Path, archive: pathlib.Path,
@@ -366,22 +381,17 @@ def phases_to_train(plan: plans.Plan, archive: pathlib.Path,
 def train_open_phases(plan: plans.Plan, archive: pathlib.Path, chosen: Sequence[int] | None,
                       new_study: Callable[[list[plans.PlannedRun]], Study],
                       max_runs: int | None = None) -> Study:
-  """Trains the phases of `chosen` (None: all) that the plan's gate opens; when they are done,
-  asks the gate again and trains those it opened since (a candidate's result may open its
-  comparison), until it opens nothing new, a run fails, the study is stopped, or `max_runs`
-  was given (one round only). `new_study(planned)` makes each round's Study. Returns the last."""
-  opened = phases_to_train(plan, archive, chosen)
-  while True:
-    study = new_study(plan.runs([plan.phases[i] for i in opened]))
-    study.run(max_runs)
-    if study.failed or study.stopping or plan.gate is None or max_runs is not None:
-      return study
-    reopened = phases_to_train(plan, archive, chosen)
-    if set(reopened) <= set(opened):
-      return study
-    logging.info("%s: its gate opened phases %s", plan.name,
-                 ",".join(str(i) for i in reopened if i not in opened))
-    opened = reopened
+  """Trains the phases of `chosen` (None: all) that the plan's gate opens; whenever a worker is
+  free and a run has finished, asks the gate again and trains what it has opened since (a
+  candidate's result may open its comparison), until it opens nothing new and nothing trains,
+  a run fails, or the study is stopped; with `max_runs` it trains what the gate opens at the
+  start only. `new_study(planned)` makes the Study. Returns it."""
+  def opened() -> list[plans.PlannedRun]:
+    return plan.runs([plan.phases[i] for i in phases_to_train(plan, archive, chosen)])
+
+  study = new_study(opened())
+  study.run(max_runs, more=opened if plan.gate is not None and max_runs is None else None)
+  return study
 
 
 def main(argv: list[str]) -> None:
@@ -394,8 +404,8 @@ def main(argv: list[str]) -> None:
   root, archive = pathlib.Path(FLAGS.root).absolute(), pathlib.Path(FLAGS.archive).absolute()
   chosen = None if FLAGS.phases is None else [int(i) for i in FLAGS.phases]
   root.mkdir(parents=True, exist_ok=True)
+  phases = plan.phases if chosen is None else [plan.phases[i] for i in chosen]
   if FLAGS.status or FLAGS.park:
-    phases = plan.phases if chosen is None else [plan.phases[i] for i in chosen]
     planned = plan.runs(phases)
     if FLAGS.status:
       print_status(root, archive, planned, phases)
@@ -410,17 +420,17 @@ def main(argv: list[str]) -> None:
   lock = _acquire_lock(root / "study.lock", "Another study")
   code, commit = (None, None) if FLAGS.commit is None else pinned_worktree(
       root, archive, plan.name, FLAGS.commit)
+  check_totals_known(plan.runs(phases), FLAGS.config_args)  # also those a gate opens later
   stopping, current = threading.Event(), []
 
   def new_study(planned: list[plans.PlannedRun]) -> Study:
-    check_totals_known(planned, FLAGS.config_args)
     current[:] = [Study(root, archive, planned, workers=FLAGS.workers,
                         extra_config_args=FLAGS.config_args, niceness=FLAGS.nice, code=code,
                         commit=commit, stopping=stopping)]
     return current[0]
 
   def stop(*_: Any) -> None:
-    stopping.set()  # before the first round, and for every later one
+    stopping.set()  # also while the gate is asked, before the study exists
     if current:
       current[0].stop()  # the running trainers checkpoint and exit
   signal.signal(signal.SIGTERM, stop)
