@@ -285,6 +285,30 @@ def _sizes_lines(archive: pathlib.Path) -> list[str]:
                   + trend + "."]
 
 
+def _arms_lines(archive: pathlib.Path, name: str) -> list[str]:
+  """Each arm under the grid's recipe and under the chosen regulariser `name`, seed means
+  (description beside the rule; every run of both comparisons archived, none diverged)."""
+  recipes = {"the grid": (grid_archive(archive), [al.GRID.run(patch=PATCH, attention=a, seed=s)
+                                                  for a in ("softmax", "relu") for s in al.SEEDS]),
+             name: (archive, comparison_runs(name))}
+  tests = {recipe: _test_results(where, runs) for recipe, (where, runs) in recipes.items()}
+  rises = {recipe: {(r.args["attention"], r.args["seed"]): loss_rise(where / "runs" / r.run_id).rise
+                    for r in runs} for recipe, (where, runs) in recipes.items()}
+  lines = ["", f"Each arm under the grid's recipe and under {name} (description, not a rule): "
+           "test accuracy (%) at the validation-selected step and the validation loss's rise "
+           f"at the end above its minimum, seed means; {name} - the grid paired by seed (SE).",
+           "", f"| arm | the grid | {name} | {name} - the grid | rise, the grid | rise, {name} |",
+           "|---|---|---|---|---|---|"]
+  for arm, label in (("softmax", "softmax"), ("relu", "relu/L (alpha 1)")):
+    grid, regularised = ([found[arm, s] for s in al.SEEDS] for found in tests.values())
+    gain = al.paired_test(regularised, grid)
+    lines.append(f"| {label} | {100 * np.mean(grid):.2f} | {100 * np.mean(regularised):.2f} | "
+                 f"{100 * gain.mean:+.2f} ({100 * gain.se:.2f}) | "
+                 + " | ".join(f"{np.mean([r[arm, s] for s in al.SEEDS]):+.4f}"
+                              for r in rises.values()) + " |")
+  return lines
+
+
 def _paired_line(label: str, test: al.PairedTest | None) -> str:
   if test is None:
     return f"- {label}: not all of its 6 runs archived"
@@ -330,6 +354,7 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
       survives = "survives" if regularised.verdict == grid.verdict else "does not survive"
       lines += ["", f"**The grid's verdict ({grid.verdict}) {survives} regularisation** "
                 f"(under {choice.name}: {regularised.verdict})."]
+      lines += _arms_lines(archive, choice.name)
   lines += _sizes_lines(archive)
   out.mkdir(parents=True, exist_ok=True)
   path = out / "controls.md"
