@@ -193,6 +193,11 @@ PLAN = plans.Plan(
 
 # ----------------------------------------------------------------------------- the report
 
+def grid_comparison_runs() -> list[Run]:
+  """The grid's own softmax and relu/L (alpha 1) runs at L = 49, seeds 0-2."""
+  return [GRID.run(attention=a, seed=s) for a in ("softmax", "relu") for s in al.SEEDS]
+
+
 def _test_results(archive: pathlib.Path, runs: Sequence[Run]) -> dict[tuple[str, int], float]:
   found = {}
   for run in runs:
@@ -240,7 +245,7 @@ def parallel_power(slope: float, noise: float, trials: int = 2000, seed: int = 0
 def size_curves(archive: pathlib.Path) -> dict[int, dict[tuple[str, int], float]]:
   """Control (b)'s test results: training images -> {(attention, seed): test accuracy at the
   validation-selected step}, the grid's runs at GRID_IMAGES."""
-  grid = [GRID.run(attention=a, seed=s) for a in ("softmax", "relu") for s in al.SEEDS]
+  grid = grid_comparison_runs()
   curves = {images: _test_results(archive, [r for r in size_runs()
                                             if r.args["train_images"] == images])
             for images in SIZES}
@@ -288,8 +293,7 @@ def _sizes_lines(archive: pathlib.Path) -> list[str]:
 def _arms_lines(archive: pathlib.Path, name: str) -> list[str]:
   """Each arm under the grid's recipe and under the chosen regulariser `name`, seed means
   (description beside the rule; every run of both comparisons archived, none diverged)."""
-  recipes = {"the grid": (grid_archive(archive), [al.GRID.run(patch=PATCH, attention=a, seed=s)
-                                                  for a in ("softmax", "relu") for s in al.SEEDS]),
+  recipes = {"the grid": (grid_archive(archive), grid_comparison_runs()),
              name: (archive, comparison_runs(name))}
   tests = {recipe: _test_results(where, runs) for recipe, (where, runs) in recipes.items()}
   rises = {recipe: {(r.args["attention"], r.args["seed"]): loss_rise(where / "runs" / r.run_id).rise
@@ -343,8 +347,7 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
   else:
     lines.append(f"The choice: **{choice.name}**"
                  + ("" if choice.meets else " (none meets the criterion: the smallest rise)"))
-    grid = comparison(grid_archive(archive), [al.GRID.run(patch=PATCH, attention=a, seed=s)
-                                              for a in ("softmax", "relu") for s in al.SEEDS])
+    grid = comparison(grid_archive(archive), grid_comparison_runs())
     regularised = comparison(archive, comparison_runs(choice.name))
     lines += ["", "relu/L (alpha 1) - softmax, test results at the validation-selected step, "
               "paired by seed (margin 1 point):", "",
