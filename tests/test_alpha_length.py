@@ -337,3 +337,27 @@ def test_the_report_reads_alpha_star_through_each_readout():
       "| best val (the rule) | 1.10 |", "| final val | 0.60 |",
       "| test at the selected step | 1.40 |", "| final test | 2.00 (censored) |", ""]
   assert report.readout_lines(runs[:-1]) == []  # no complete length
+
+
+def test_the_report_draws_the_final_verdict_from_all_three_lengths(tmp_path):
+  """75 archived runs whose best alpha is H0's (ln 49 / ln L: 1.40, 1, 0.74): L = 196's coarser
+  grid (0, 0.5, 1, 1.5, 2) places its alpha* between grid points, and the three lengths give the
+  final verdict, H0's. Drawn before any L = 196 run is archived, so the report that will read
+  them has run once on their shape."""
+  from big_vision_relu.experiments.studies.alpha_length import report
+  rng = np.random.default_rng(0)
+  for patch, length in al.PATCH_TO_LENGTH.items():
+    best_alpha = np.log(49) / np.log(length)
+    for run in al.runs(patch):
+      a = run.args
+      val = (0.9 - 0.03 * (a["alpha"] - best_alpha) ** 2 if a["attention"] == "relu"
+             else 0.89 if a["attention"] == "softmax" else 0.85) + 1e-4 * rng.standard_normal()
+      _write_run(tmp_path, run, val, val - 0.002)
+  text = report.write(tmp_path, tmp_path / "out").read_text()
+  assert "75 of 75 runs archived, 37.5 core hours" in text
+  table = text.split("### L = 196 (patch 2)")[1].split("##")[0]
+  assert [line.split(" |")[0] for line in table.splitlines() if line.startswith("| relu")] == [
+      "| relu a0", "| relu a0.5", "| relu a1", "| relu a1.5", "| relu a2"]
+  assert "- L = 16: alpha* = 1.40;" in text and "- L = 196: alpha* = 0.74;" in text
+  assert "| best val (the rule) | 1.40 | 1.00 | 0.74 |" in text
+  assert "**final verdict (16, 49, 196): supports H0**" in text
