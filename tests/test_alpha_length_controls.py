@@ -272,3 +272,16 @@ def test_the_report_draws_control_b_from_both_archives(tmp_path):
   assert ("The slope of relu/L - softmax on log2(images): +0.10 points per doubling (SE 0.00; "
           "90% [+0.10, +0.10]): **parallel** (the rule: inside +-0.5 points per doubling); "
           "relu/L's lead grows with the images.") in text
+  # The figure draws what the rule reads: relu/L - softmax per seed and its mean, at all four
+  # sizes, and each arm's seed means.
+  assert (tmp_path / "out" / "sizes.png").stat().st_size > 10_000
+  accuracy, lead = controls.plot_sizes(controls.size_curves(archive)).axes
+  sizes = [7_500, 15_000, 30_000, 55_000]
+  expected_lead = [0.2 + 0.1 * np.log2(n / 7_500) for n in sizes]
+  assert len(lead.lines) == 4 + 1  # three seeds, the mean, the zero line
+  for line in lead.lines[:4]:
+    np.testing.assert_allclose(line.get_xdata(), sizes)
+    np.testing.assert_allclose(line.get_ydata(), expected_lead, atol=1e-9)
+  softmax, relu = (np.asarray(c.lines[0].get_ydata(), float) for c in accuracy.containers)
+  np.testing.assert_allclose(softmax, [85.01 + np.log2(n / 7_500) for n in sizes], atol=1e-9)
+  np.testing.assert_allclose(relu - softmax, expected_lead, atol=1e-9)

@@ -48,6 +48,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from big_vision_relu import metrics as metrics_lib
 from big_vision_relu.experiments import plans, run_status
@@ -290,6 +292,45 @@ def _sizes_lines(archive: pathlib.Path) -> list[str]:
                   + trend + "."]
 
 
+ARMS = (("softmax", "softmax"), ("relu", "relu/L (alpha 1)"))
+
+
+def plot_sizes(curves: Mapping[int, Mapping[tuple[str, int], float]]) -> Figure:
+  """Control (b) (`size_curves`): left, each arm's test accuracy against the training images
+  (seed means, bars +- 1 SE); right, relu/L - softmax per seed (thin) and its seed mean (bold,
+  over the sizes where all seeds are paired), the quantity whose slope the rule reads."""
+  figure = Figure(figsize=(9, 3.6), layout="constrained")
+  FigureCanvasAgg(figure)
+  accuracy, lead = figure.subplots(1, 2)
+  sizes = sorted(curves)
+  for arm, label in ARMS:
+    points = [(n, [100 * curves[n][arm, s] for s in al.SEEDS if (arm, s) in curves[n]])
+              for n in sizes]
+    points = [(n, v) for n, v in points if v]
+    accuracy.errorbar([n for n, _ in points], [np.mean(v) for _, v in points],
+                      yerr=[np.std(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else 0
+                            for _, v in points], fmt="o-", capsize=3, label=label)
+  paired = {s: [(n, 100 * (curves[n]["relu", s] - curves[n]["softmax", s])) for n in sizes
+                if ("relu", s) in curves[n] and ("softmax", s) in curves[n]] for s in al.SEEDS}
+  for seed, points in paired.items():
+    lead.plot([n for n, _ in points], [d for _, d in points], ".-", color="tab:gray",
+              linewidth=0.8, label="per seed" if seed == al.SEEDS[0] else None)
+  full = [n for n in sizes if all(n in dict(points) for points in paired.values())]
+  lead.plot(full, [np.mean([dict(points)[n] for points in paired.values()]) for n in full],
+            "o-", color="black", linewidth=2, label="seed mean")
+  lead.axhline(0, color="tab:red", linestyle=":", linewidth=1)
+  for ax, ylabel in ((accuracy, "test accuracy (%)"), (lead, "relu/L - softmax (points)")):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("training images (L = 49, 40 epochs)")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+  accuracy.set_title("test at the validation-selected step")
+  lead.set_title("paired by seed")
+  return figure
+
+
 def _arms_lines(archive: pathlib.Path, name: str) -> list[str]:
   """Each arm under the grid's recipe and under the chosen regulariser `name`, seed means
   (description beside the rule; every run of both comparisons archived, none diverged)."""
@@ -303,7 +344,7 @@ def _arms_lines(archive: pathlib.Path, name: str) -> list[str]:
            f"at the end above its minimum, seed means; {name} - the grid paired by seed (SE).",
            "", f"| arm | the grid | {name} | {name} - the grid | rise, the grid | rise, {name} |",
            "|---|---|---|---|---|---|"]
-  for arm, label in (("softmax", "softmax"), ("relu", "relu/L (alpha 1)")):
+  for arm, label in ARMS:
     grid, regularised = ([found[arm, s] for s in al.SEEDS] for found in tests.values())
     gain = al.paired_test(regularised, grid)
     lines.append(f"| {label} | {100 * np.mean(grid):.2f} | {100 * np.mean(regularised):.2f} | "
@@ -358,8 +399,10 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
       lines += ["", f"**The grid's verdict ({grid.verdict}) {survives} regularisation** "
                 f"(under {choice.name}: {regularised.verdict})."]
       lines += _arms_lines(archive, choice.name)
-  lines += _sizes_lines(archive)
+  lines += _sizes_lines(archive) + ["", "![control (b): accuracy and relu/L - softmax against "
+                                      "the training images](sizes.png)"]
   out.mkdir(parents=True, exist_ok=True)
+  plot_sizes(size_curves(archive)).savefig(out / "sizes.png", dpi=110)
   path = out / "controls.md"
   path.write_text("\n".join(lines) + "\n")
   return path
