@@ -361,3 +361,26 @@ def test_the_report_draws_the_final_verdict_from_all_three_lengths(tmp_path):
   assert "- L = 16: alpha* = 1.40;" in text and "- L = 196: alpha* = 0.74;" in text
   assert "| best val (the rule) | 1.40 | 1.00 | 0.74 |" in text
   assert "**final verdict (16, 49, 196): supports H0**" in text
+
+
+def test_the_report_says_which_cpu_model_trained_each_run(tmp_path):
+  """From each archived run's launches.jsonl: per length and seed, the runs grouped by the CPU
+  models that trained them, and the relu/L - softmax pairs that crossed models."""
+  from big_vision_relu.experiments.studies.alpha_length import report
+  for run in al.runs(7):
+    _write_run(tmp_path, run, 0.9, 0.9)
+    cell, seed = run.args["attention"], run.args["seed"]
+    amd = seed == 2 or (seed == 1 and cell == "relu" and run.args["alpha"] >= 1)
+    starts = [{"resumes_from_step": 0, "cpu": "AMD EPYC" if amd else "Intel(R) Xeon(R) Processor"}]
+    if seed == 1 and cell == "relu" and run.args["alpha"] == 0:
+      starts.append({"resumes_from_step": 4500, "cpu": "AMD EPYC"})
+    (tmp_path / "runs" / run.run_id / "launches.jsonl").write_text(
+        "".join(json.dumps(s) + "\n" for s in starts))
+  assert report.cpu_lines(report.collect(tmp_path)) == [
+      "## Which CPU model trained each run (description)", "",
+      "- L = 16, seed 0: Intel Xeon from 0 (all 9 cells)",
+      "- L = 16, seed 1: Intel Xeon from 0 (softmax, zero, relu a0.5, relu a0.75); Intel Xeon "
+      "from 0, AMD EPYC from 4500 (relu a0); AMD EPYC from 0 (relu a1, relu a1.25, relu a1.5, "
+      "relu a2)",
+      "- L = 16, seed 2: AMD EPYC from 0 (all 9 cells)", "",
+      "relu/L (alpha 1) - softmax seed pairs trained on different CPU models: L = 16 seed 1.", ""]

@@ -7,10 +7,11 @@ r"""The alpha-length study's report, redrawn from its archive (docs/alpha_length
 Writes `<out>/results.md` (per length: each cell's validation score and test result over seeds,
 its distance from attention off and from softmax, the attention statistics at the start and the
 end; alpha*(L) with its bootstrap interval; the verdict by the pre-registered rule once a length's
-grid is complete; relu/L against softmax; the trivial baselines; the compute spent) and three
-figures: `accuracy_vs_alpha.png`, `alpha_star.png` and `mixing.png` (each cell against attention
-off, by its row sum and its attention share). Everything is computed by `protocol`'s functions
-(the protocol's code) from the archived metrics.jsonl.
+grid is complete; relu/L against softmax; the trivial baselines; the compute spent; which CPU
+model trained each run) and three figures: `accuracy_vs_alpha.png`, `alpha_star.png` and
+`mixing.png` (each cell against attention off, by its row sum and its attention share).
+Everything is computed by `protocol`'s functions (the protocol's code) from the archived
+metrics.jsonl, launches.jsonl and provenance.json.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from big_vision_relu import metrics as metrics_lib
+from big_vision_relu.experiments import provenance
 from big_vision_relu.experiments.studies.alpha_length import protocol as al
 
 ATTENTION_STATS = ("row_sum_mean", "attention_to_residual")
@@ -47,6 +49,7 @@ class Archived:
   first: dict[str, float]  # the attention statistics at step 1 (the initialisation)
   last: dict[str, float]  # ... at the last step
   core_hours: float
+  cpus: str = "-"  # which CPU model trained which steps (`provenance.describe`)
 
 
 def _layer_stats(record: Mapping[str, Any]) -> dict[str, float]:
@@ -67,7 +70,8 @@ def collect(archive: pathlib.Path) -> list[Archived]:
       with_stats = [s for s, r in records.items() if _layer_stats(r)]
       hours = [r[CORE_HOURS] for r in records.values() if CORE_HOURS in r]
       found.append(Archived(run, al.run_result(rows), _layer_stats(records[with_stats[0]]),
-                            _layer_stats(records[with_stats[-1]]), hours[-1] if hours else 0.0))
+                            _layer_stats(records[with_stats[-1]]), hours[-1] if hours else 0.0,
+                            provenance.describe(provenance.starts(path))))
   return found
 
 
@@ -85,6 +89,29 @@ def _by_cell(runs: Sequence[Archived], patch: int) -> dict[str, dict[int, Archiv
     if item.run.args["patch"] == patch:
       cells[_cell(item.run)][item.run.args["seed"]] = item
   return cells
+
+
+def cpu_lines(runs: Sequence[Archived]) -> list[str]:
+  """Markdown lines: which CPU model trained which runs, per length and seed, and the relu/L -
+  softmax seed pairs whose two runs did not train on the same one (description: the protocol's
+  machines are "the 2-core CPU VMs", whose CPU models differ between sessions)."""
+  lines, crossed = ["## Which CPU model trained each run (description)", ""], []
+  for patch, length in al.PATCH_TO_LENGTH.items():
+    cells = _by_cell(runs, patch)
+    for seed in al.SEEDS:
+      groups: dict[str, list[str]] = {}
+      for name, by_seed in cells.items():
+        if seed in by_seed:
+          groups.setdefault(by_seed[seed].cpus, []).append(name)
+      if groups:
+        lines.append(f"- L = {length}, seed {seed}: " + "; ".join(
+            f"{cpus} (" + (f"all {len(names)} cells" if len(names) == len(cells)
+                           else ", ".join(names)) + ")" for cpus, names in groups.items()))
+      pair = [cells[name].get(seed) for name in ("relu a1", "softmax")]
+      if None not in pair and pair[0].cpus != pair[1].cpus:
+        crossed.append(f"L = {length} seed {seed}")
+  return lines + ["", "relu/L (alpha 1) - softmax seed pairs trained on different CPU models: "
+                  + (", ".join(crossed) or "none") + ".", ""]
 
 
 def _mean_se(values: Sequence[float]) -> str:
@@ -413,7 +440,7 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
   for patch in al.PATCH_TO_LENGTH:
     lines += length_table(runs, patch)
   lines += (verdict_lines(runs) + readout_lines(runs) + attention_off_lines(runs)
-            + relu_vs_softmax_lines(runs) + baseline_lines(archive))
+            + relu_vs_softmax_lines(runs) + baseline_lines(archive) + cpu_lines(runs))
   lines += ["![accuracy against alpha](accuracy_vs_alpha.png)", "",
             "![alpha* against ln L](alpha_star.png)", "",
             "![each cell against attention off, by its row sum](mixing.png)", ""]
