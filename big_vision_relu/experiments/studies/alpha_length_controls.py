@@ -45,16 +45,17 @@ import dataclasses
 import math
 import pathlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from big_vision_relu import metrics as metrics_lib
 from big_vision_relu.experiments import plans, run_status
 from big_vision_relu.experiments.studies.alpha_length import protocol as al
 from big_vision_relu.experiments.sweep import Grid, Run
+
+if TYPE_CHECKING:
+  from matplotlib.figure import Figure
 
 PATCH = 4  # L = 49
 GRID_STUDY = "alpha_length"  # the grid's archive: <archive>/../alpha_length
@@ -299,6 +300,9 @@ def plot_sizes(curves: Mapping[int, Mapping[tuple[str, int], float]]) -> Figure:
   """Control (b) (`size_curves`): left, each arm's test accuracy against the training images
   (seed means, bars +- 1 SE); right, relu/L - softmax per seed (thin) and its seed mean (bold,
   over the sizes where all seeds are paired), the quantity whose slope the rule reads."""
+  # Imported here: this module is also the plan, which the study core loads without matplotlib.
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   figure = Figure(figsize=(9, 3.6), layout="constrained")
   FigureCanvasAgg(figure)
   accuracy, lead = figure.subplots(1, 2)
