@@ -255,8 +255,8 @@ def size_curves(archive: pathlib.Path) -> dict[int, dict[tuple[str, int], float]
   return {**curves, GRID_IMAGES: _test_results(grid_archive(archive), grid)}
 
 
-def _sizes_lines(archive: pathlib.Path) -> list[str]:
-  curves = size_curves(archive)
+def _sizes_lines(archive: pathlib.Path,
+                 curves: Mapping[int, Mapping[tuple[str, int], float]]) -> list[str]:
   lines = ["", "## Control (b): the training-set size at L = 49", "",
            "Test accuracy (%) at the validation-selected step, seed means; relu/L (alpha 1) - "
            "softmax paired by seed (SE). The grid's recipe at every size (40 epochs); "
@@ -314,13 +314,13 @@ def plot_sizes(curves: Mapping[int, Mapping[tuple[str, int], float]]) -> Figure:
     accuracy.errorbar([n for n, _ in points], [np.mean(v) for _, v in points],
                       yerr=[np.std(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else 0
                             for _, v in points], fmt="o-", capsize=3, label=label)
-  paired = {s: [(n, 100 * (curves[n]["relu", s] - curves[n]["softmax", s])) for n in sizes
-                if ("relu", s) in curves[n] and ("softmax", s) in curves[n]] for s in al.SEEDS}
-  for seed, points in paired.items():
-    lead.plot([n for n, _ in points], [d for _, d in points], ".-", color="tab:gray",
-              linewidth=0.8, label="per seed" if seed == al.SEEDS[0] else None)
-  full = [n for n in sizes if all(n in dict(points) for points in paired.values())]
-  lead.plot(full, [np.mean([dict(points)[n] for points in paired.values()]) for n in full],
+  paired = {s: {n: 100 * (curves[n]["relu", s] - curves[n]["softmax", s]) for n in sizes
+                if ("relu", s) in curves[n] and ("softmax", s) in curves[n]} for s in al.SEEDS}
+  for seed, lead_at in paired.items():
+    lead.plot(list(lead_at), list(lead_at.values()), ".-", color="tab:gray", linewidth=0.8,
+              label="per seed" if seed == al.SEEDS[0] else None)
+  full = [n for n in sizes if all(n in lead_at for lead_at in paired.values())]
+  lead.plot(full, [np.mean([lead_at[n] for lead_at in paired.values()]) for n in full],
             "o-", color="black", linewidth=2, label="seed mean")
   lead.axhline(0, color="tab:red", linestyle=":", linewidth=1)
   for ax, ylabel in ((accuracy, "test accuracy (%)"), (lead, "relu/L - softmax (points)")):
@@ -403,10 +403,11 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
       lines += ["", f"**The grid's verdict ({grid.verdict}) {survives} regularisation** "
                 f"(under {choice.name}: {regularised.verdict})."]
       lines += _arms_lines(archive, choice.name)
-  lines += _sizes_lines(archive) + ["", "![control (b): accuracy and relu/L - softmax against "
-                                      "the training images](sizes.png)"]
+  curves = size_curves(archive)
+  lines += _sizes_lines(archive, curves) + ["", "![control (b): accuracy and relu/L - softmax "
+                                            "against the training images](sizes.png)"]
   out.mkdir(parents=True, exist_ok=True)
-  plot_sizes(size_curves(archive)).savefig(out / "sizes.png", dpi=110)
+  plot_sizes(curves).savefig(out / "sizes.png", dpi=110)
   path = out / "controls.md"
   path.write_text("\n".join(lines) + "\n")
   return path
