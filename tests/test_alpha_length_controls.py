@@ -250,8 +250,10 @@ def test_the_report_draws_control_b_from_both_archives(tmp_path):
     accuracy = 0.85 + 0.01 * np.log2(images / 7_500) + 0.0001 * run.args["seed"] + lead
     path = archive / "runs" / run.run_id if images < 55_000 else grid / "runs" / run.run_id
     path.mkdir(parents=True, exist_ok=True)
-    (path / "metrics.jsonl").write_text(json.dumps(
-        {"step": 100, "val/loss": 0.3, "val/prec@1": 0.5, "test/prec@1": accuracy}) + "\n")
+    rise = 0.05 + 0.001 * run.args["seed"] if attention == "softmax" else 0.01
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+        {"step": 50, "val/loss": 0.3, "val/prec@1": 0.4, "test/prec@1": 0.1},
+        {"step": 100, "val/loss": 0.3 + rise, "val/prec@1": 0.5, "test/prec@1": accuracy})))
 
   for seed in al.SEEDS:
     for attention in ("softmax", "relu"):
@@ -260,7 +262,12 @@ def test_the_report_draws_control_b_from_both_archives(tmp_path):
     write_size(run, run.args["train_images"], run.args["attention"])
   text = controls.write(archive, tmp_path / "out").read_text()
   assert "| 30,000 | 5 of 6 |" in text and "The slope: not yet" in text
-  assert "| 7,500 | 6 of 6 | 85.01 | 85.21 | +0.20 (0.00) |" in text
+  # The validation loss's rises: softmax's seed mean 0.05 + 0.001, relu/L's 0.01, read from the
+  # curves (the run is selected at its last, highest-val/prec@1 step).
+  assert "| 7,500 | 6 of 6 | 85.01 | 85.21 | +0.20 (0.00) | +0.0510 | +0.0100 |" in text
+  assert "| 55,000 | 6 of 6 | 87.88 | 88.37 | +0.49 (0.00) | +0.0510 | +0.0100 |" in text
+  partial, = (line for line in text.splitlines() if line.startswith("| 30,000 |"))
+  assert partial.endswith("| +0.40 (0.00) | +0.0510 | +0.0100 |")  # relu/L: seeds 0-1
   run = controls.size_runs()[-1]
   (archive / "runs" / run.run_id).mkdir()
   (archive / "runs" / run.run_id / "DIVERGED").write_text("loss nan\n")

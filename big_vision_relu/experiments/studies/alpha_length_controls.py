@@ -245,24 +245,43 @@ def parallel_power(slope: float, noise: float, trials: int = 2000, seed: int = 0
   return hits / trials
 
 
+def _size_groups(archive: pathlib.Path) -> dict[int, tuple[pathlib.Path, list[Run]]]:
+  """Control (b)'s runs: training images -> (the archive that holds them, the runs); at
+  GRID_IMAGES the grid's own runs."""
+  groups = {images: (archive, [r for r in size_runs() if r.args["train_images"] == images])
+            for images in SIZES}
+  return {**groups, GRID_IMAGES: (grid_archive(archive), grid_comparison_runs())}
+
+
 def size_curves(archive: pathlib.Path) -> dict[int, dict[tuple[str, int], float]]:
   """Control (b)'s test results: training images -> {(attention, seed): test accuracy at the
   validation-selected step}, the grid's runs at GRID_IMAGES."""
-  grid = grid_comparison_runs()
-  curves = {images: _test_results(archive, [r for r in size_runs()
-                                            if r.args["train_images"] == images])
-            for images in SIZES}
-  return {**curves, GRID_IMAGES: _test_results(grid_archive(archive), grid)}
+  return {images: _test_results(where, runs)
+          for images, (where, runs) in _size_groups(archive).items()}
+
+
+def size_rises(archive: pathlib.Path) -> dict[int, dict[tuple[str, int], float]]:
+  """Control (b)'s validation-loss rises (`loss_rise`), keyed as `size_curves`; archived runs
+  that did not diverge only."""
+  rises = {}
+  for images, (where, runs) in _size_groups(archive).items():
+    found = {(r.args["attention"], r.args["seed"]): loss_rise(where / "runs" / r.run_id)
+             for r in runs}
+    rises[images] = {key: rise.rise for key, rise in found.items()
+                     if rise is not None and math.isfinite(rise.rise)}
+  return rises
 
 
 def _sizes_lines(archive: pathlib.Path,
                  curves: Mapping[int, Mapping[tuple[str, int], float]]) -> list[str]:
+  rises = size_rises(archive)
   lines = ["", "## Control (b): the training-set size at L = 49", "",
            "Test accuracy (%) at the validation-selected step, seed means; relu/L (alpha 1) - "
-           "softmax paired by seed (SE). The grid's recipe at every size (40 epochs); "
-           f"{GRID_IMAGES:,} is the grid's own runs.", "",
-           "| training images | runs | softmax | relu/L | relu/L - softmax |",
-           "|---|---|---|---|---|"]
+           "softmax paired by seed (SE); and, as description beside the rule, the validation "
+           "loss's rise at the end above its minimum (seed means), as in control (a). The "
+           f"grid's recipe at every size (40 epochs); {GRID_IMAGES:,} is the grid's own runs.",
+           "", "| training images | runs | softmax | relu/L | relu/L - softmax | rise, softmax "
+           "| rise, relu/L |", "|---|---|---|---|---|---|---|"]
   for images, found in sorted(curves.items()):
     cells = []
     for attention in ("softmax", "relu"):
@@ -272,6 +291,9 @@ def _sizes_lines(archive: pathlib.Path,
     test = al.paired_test([found["relu", s] for s in paired],
                           [found["softmax", s] for s in paired]) if len(paired) > 1 else None
     cells.append("-" if test is None else f"{100 * test.mean:+.2f} ({100 * test.se:.2f})")
+    for attention in ("softmax", "relu"):
+      values = [rise for (arm, _), rise in rises[images].items() if arm == attention]
+      cells.append(f"{np.mean(values):+.4f}" if values else "-")
     lines.append(f"| {images:,} | {len(found)} of 6 | " + " | ".join(cells) + " |")
   diverged = [r.run_id for r in size_runs()
                if (archive / "runs" / r.run_id / run_status.DIVERGED_FILE).exists()]
