@@ -252,8 +252,9 @@ def test_the_report_draws_control_b_from_both_archives(tmp_path):
     path.mkdir(parents=True, exist_ok=True)
     rise = 0.05 + 0.001 * run.args["seed"] if attention == "softmax" else 0.01
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
-        {"step": 50, "val/loss": 0.3, "val/prec@1": 0.4, "test/prec@1": 0.1},
-        {"step": 100, "val/loss": 0.3 + rise, "val/prec@1": 0.5, "test/prec@1": accuracy})))
+        {"step": 50, "val/loss": 0.3, "val/prec@1": 0.4, "test/prec@1": 0.1, "core_hours": 0.1},
+        {"step": 100, "val/loss": 0.3 + rise, "val/prec@1": 0.5, "test/prec@1": accuracy,
+         "core_hours": 0.5})))
 
   for seed in al.SEEDS:
     for attention in ("softmax", "relu"):
@@ -262,6 +263,8 @@ def test_the_report_draws_control_b_from_both_archives(tmp_path):
     write_size(run, run.args["train_images"], run.args["attention"])
   text = controls.write(archive, tmp_path / "out").read_text()
   assert "| 30,000 | 5 of 6 |" in text and "The slope: not yet" in text
+  # Each run's last core_hours, this plan's archive only (the grid's 6 runs are the grid's).
+  assert "The controls' compute: 17 archived runs, 8.5 core hours" in text
   # The validation loss's rises: softmax's seed mean 0.05 + 0.001, relu/L's 0.01, read from the
   # curves (the run is selected at its last, highest-val/prec@1 step).
   assert "| 7,500 | 6 of 6 | 85.01 | 85.21 | +0.20 (0.00) | +0.0510 | +0.0100 |" in text

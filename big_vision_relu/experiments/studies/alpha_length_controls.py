@@ -387,11 +387,22 @@ def _paired_line(label: str, test: al.PairedTest | None) -> str:
           f"[{100 * test.lower:+.2f}, {100 * test.upper:+.2f}]): {test.verdict}")
 
 
+def compute_line(archive: pathlib.Path) -> str:
+  """The compute this plan's archived runs spent (each run's last `core_hours`); the grid's
+  runs that control (b) reuses are the grid report's."""
+  hours = [run_status.last_values(metrics_lib.read_metrics(jsonl.parent),
+                                  (run_status.CORE_HOURS,)).get(run_status.CORE_HOURS, 0.0)
+           for jsonl in sorted((archive / "runs").glob("*/" + metrics_lib.JSONL_NAME))]
+  return (f"The controls' compute: {len(hours)} archived runs, {sum(hours):.1f} core hours "
+          f"(the grid's {2 * len(al.SEEDS)} runs at {GRID_IMAGES:,} images that control (b) "
+          "reuses are counted in results.md).")
+
+
 def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
   """Writes controls.md into `out` (PLAN.report); returns its path."""
   unregularised = loss_rise(grid_archive(archive) / "runs" / grid_softmax_run().run_id)
   choice = choose(candidate_rises(archive))
-  lines = ["# The alpha-length study's controls at L = 49", "",
+  lines = ["# The alpha-length study's controls at L = 49", "", compute_line(archive), "",
            "## Control (a): regularisation", "",
            f"Redrawn from `{archive}` by `bash launch/study.sh alpha_length_controls report`; "
            "the rules: docs/alpha_length.md sections 5 and 7. Validation loss of seed-0 softmax "
