@@ -272,9 +272,9 @@ def size_rises(archive: pathlib.Path) -> dict[int, dict[tuple[str, int], float]]
   return rises
 
 
-def _sizes_lines(archive: pathlib.Path,
-                 curves: Mapping[int, Mapping[tuple[str, int], float]]) -> list[str]:
-  rises = size_rises(archive)
+def _sizes_lines(archive: pathlib.Path, curves: Mapping[int, Mapping[tuple[str, int], float]],
+                 rises: Mapping[int, Mapping[tuple[str, int], float]]) -> list[str]:
+  """Control (b)'s table and verdict from `size_curves` and `size_rises`."""
   lines = ["", "## Control (b): the training-set size at L = 49", "",
            "Test accuracy (%) at the validation-selected step, seed means; relu/L (alpha 1) - "
            "softmax paired by seed (SE); and, as description beside the rule, the validation "
@@ -437,8 +437,8 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
                 f"(under {choice.name}: {regularised.verdict})."]
       lines += _arms_lines(archive, choice.name)
   curves = size_curves(archive)
-  lines += _sizes_lines(archive, curves) + ["", "![control (b): accuracy and relu/L - softmax "
-                                            "against the training images](sizes.png)"]
+  lines += _sizes_lines(archive, curves, size_rises(archive)) + [
+      "", "![control (b): accuracy and relu/L - softmax against the training images](sizes.png)"]
   out.mkdir(parents=True, exist_ok=True)
   plot_sizes(curves).savefig(out / "sizes.png", dpi=110)
   path = out / "controls.md"
