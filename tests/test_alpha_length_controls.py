@@ -269,7 +269,7 @@ def test_the_report_draws_control_b_from_both_archives(tmp_path):
   # curves (the run is selected at its last, highest-val/prec@1 step).
   assert "| 7,500 | 6 of 6 | 85.01 | 85.21 | +0.20 (0.00) | +0.0510 | +0.0100 |" in text
   assert "| 55,000 | 6 of 6 | 87.88 | 88.37 | +0.49 (0.00) | +0.0510 | +0.0100 |" in text
-  partial, = (line for line in text.splitlines() if line.startswith("| 30,000 |"))
+  partial, = (line for line in text.splitlines() if line.startswith("| 30,000 | 5 of 6 |"))
   assert partial.endswith("| +0.40 (0.00) | +0.0510 | +0.0100 |")  # relu/L: seeds 0-1
   run = controls.size_runs()[-1]
   (archive / "runs" / run.run_id).mkdir()
@@ -282,6 +282,18 @@ def test_the_report_draws_control_b_from_both_archives(tmp_path):
   assert ("The slope of relu/L - softmax on log2(images): +0.10 points per doubling (SE 0.00; "
           "90% [+0.10, +0.10]): **parallel** (the rule: inside +-0.5 points per doubling); "
           "relu/L's lead grows with the images.") in text
+  # The trivial baselines beside each size, from this plan's archive (n<images>.json) and, at
+  # 55,000, the grid's (p4.json): the random networks' probes are their seed means.
+  for where, name, pixel in ((archive, "n7500.json", 0.79), (grid, "p4.json", 0.85)):
+    (where / "baselines").mkdir()
+    (where / "baselines" / name).write_text(json.dumps({
+        "test/pixel_1nn": pixel, "test/pixel_ridge": pixel - 0.01, "val/pixel_1nn": 0.5,
+        **{f"test/random_init/seed{seed}/{probe}": value + 0.02 * seed
+           for seed in al.SEEDS for probe, value in (("1nn", 0.54), ("ridge", 0.60))}}))
+  text = controls.write(archive, tmp_path / "out").read_text()
+  assert "| 7,500 | 79.00 | 78.00 | 56.00 | 62.00 |" in text
+  assert "| 15,000 | not computed | not computed | not computed | not computed |" in text
+  assert "| 55,000 | 85.00 | 84.00 | 56.00 | 62.00 |" in text
   # The figure draws what the rule reads: relu/L - softmax per seed and its mean, at all four
   # sizes, and each arm's seed means.
   assert (tmp_path / "out" / "sizes.png").stat().st_size > 10_000

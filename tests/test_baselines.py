@@ -96,3 +96,31 @@ def test_compute_on_the_main_jobs_config(offline_data_dir, monkeypatch):
     assert abs(got - np.mean(predict(f_train, y_train, f_test) == y_test)) <= 2 / len(y_test)
     assert 0.5 < got < results["test/pixel_1nn"]  # above chance (0.1), below 1-NN on pixels
   assert results["test/random_init/seed0/ridge"] != results["test/random_init/seed1/ridge"]
+
+
+@pytest.mark.slow
+def test_compute_fits_on_the_configs_training_subset(offline_data_dir, monkeypatch):
+  """A training split carved by `holdout` (a validation split, then `rest_examples` of the
+  rest, as control (b)'s sizes): the probes fit on exactly those records, by an independent
+  read of the data and data/holdout.py's selection."""
+  from big_vision_relu.data import holdout
+  monkeypatch.chdir(ROOT)
+  config = sweep.load_config_file("configs/local/mnist_relu.py:runlocal")
+  spec = dict(num_examples=500, seed=0, part="rest", rest_examples=600)
+  config.input.data.holdout = spec
+  config.input.data.data_dir = offline_data_dir
+  config.evals.test.data.data_dir = offline_data_dir
+  for name in ("attention", "fewshot"):
+    del config.evals[name]
+  results = baselines.compute(config, seeds=(0,))
+
+  x_all, y_all = _pixels_and_labels("mnist5k", "train", offline_data_dir)
+  x_test, y_test = _pixels_and_labels("mnist5k", config.evals.test.data.split, offline_data_dir)
+  chosen = holdout.records(y_all, spec)
+  assert len(chosen) == 600
+  subset = np.mean(_numpy_1nn(x_all[chosen], y_all[chosen], x_test) == y_test)
+  whole = np.mean(_numpy_1nn(x_all, y_all, x_test) == y_test)
+  assert abs(whole - subset) > 3 / len(y_test)  # the test tells the subset from the whole split
+  assert abs(results["test/pixel_1nn"] - subset) <= 1 / len(y_test)
+  ridge = np.mean(_numpy_ridge(x_all[chosen], y_all[chosen], x_test) == y_test)
+  assert abs(results["test/pixel_ridge"] - ridge) <= 1 / len(y_test)

@@ -37,11 +37,14 @@ first in R1-R4 order. relu/L - softmax is judged by section 5's paired rule
 L = 49. Control (b) opens once control (a)'s chosen comparison is archived (at once if (a) is
 moot); its rule (`parallel_test`): per seed, the least-squares slope of relu/L - softmax on
 log2(training images), in points per doubling; the curves are "parallel" when the 90% t
-interval of the seeds' mean slope lies inside +-PARALLEL_MARGIN.
+interval of the seeds' mean slope lies inside +-PARALLEL_MARGIN. Beside its table the report
+sets the trivial baselines fitted on each size's own images (`size_baselines`; docs/alpha_length.md
+7, 2026-12-05).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -315,6 +318,31 @@ def _sizes_lines(archive: pathlib.Path, curves: Mapping[int, Mapping[tuple[str, 
                   + trend + "."]
 
 
+def size_baselines(archive: pathlib.Path) -> dict[int, dict[str, float] | None]:
+  """Control (b)'s trivial baselines (`al.trivial_baselines`), each fitted on the size's own
+  training images: training images -> `<archive>/baselines/n<images>.json`, the grid's p4.json
+  at GRID_IMAGES; None where not computed."""
+  paths = {images: archive / "baselines" / f"n{images}.json" for images in SIZES}
+  paths[GRID_IMAGES] = grid_archive(archive) / "baselines" / f"p{PATCH}.json"
+  return {images: al.trivial_baselines(json.loads(path.read_text())) if path.exists() else None
+          for images, path in paths.items()}
+
+
+def _size_baselines_lines(baselines: Mapping[int, Mapping[str, float] | None]) -> list[str]:
+  lines = ["", "Trivial baselines at each size, on the same training images and test split "
+           "(test accuracy, %): raw pixels and the random-init ViT (seed mean of 3 networks) "
+           "through 1-NN and ridge (`experiments.baselines --config "
+           f"{al.CONFIG}:patch={PATCH},validation={al.VALIDATION},train_images=N`).", "",
+           "| training images | pixel 1-NN | pixel ridge | random ViT 1-NN | random ViT ridge |",
+           "|---|---|---|---|---|"]
+  for images, found in sorted(baselines.items()):
+    cells = (["not computed"] * 4 if found is None else
+             [f"{100 * found[f'test/{key}']:.2f}"
+              for key in ("pixel_1nn", "pixel_ridge", "random_1nn", "random_ridge")])
+    lines.append(f"| {images:,} | " + " | ".join(cells) + " |")
+  return lines
+
+
 ARMS = (("softmax", "softmax"), ("relu", "relu/L (alpha 1)"))
 
 
@@ -437,7 +465,8 @@ def write(archive: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
                 f"(under {choice.name}: {regularised.verdict})."]
       lines += _arms_lines(archive, choice.name)
   curves = size_curves(archive)
-  lines += _sizes_lines(archive, curves, size_rises(archive)) + [
+  lines += (_sizes_lines(archive, curves, size_rises(archive))
+            + _size_baselines_lines(size_baselines(archive))) + [
       "", "![control (b): accuracy and relu/L - softmax against the training images](sizes.png)"]
   out.mkdir(parents=True, exist_ok=True)
   plot_sizes(curves).savefig(out / "sizes.png", dpi=110)

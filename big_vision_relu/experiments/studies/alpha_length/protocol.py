@@ -251,6 +251,25 @@ def paired_test(a: Sequence[float], b: Sequence[float], margin: float = MARGIN) 
                     equivalent=-margin < lower and upper < margin, superior=lower > 0)
 
 
+# ----------------------------------------------------------------------------- baselines
+
+def trivial_baselines(found: Mapping[str, float]) -> dict[str, float]:
+  """`experiments.baselines`' JSON -> what section 5 sets beside every result:
+  `<split>/pixel_<probe>` and `<split>/random_<probe>` (the random networks' seed mean) for the
+  splits val and test and the probes 1nn and ridge, and the 10-shot transfer averages
+  `pixels_10shot` and `random_10shot`; nan where the JSON lacks one."""
+  def random_mean(prefix: str, suffix: str) -> float:  # over the random networks' seeds
+    values = [v for k, v in found.items()
+              if k.startswith(prefix) and "/random_init/" in k and k.endswith(suffix)]
+    return float(np.mean(values)) if values else math.nan
+  means = {f"{split}/{source}_{probe}": (
+      found.get(f"{split}/pixel_{probe}", math.nan) if source == "pixel"
+      else random_mean(f"{split}/", f"/{probe}"))
+      for split in ("val", "test") for source in ("pixel", "random") for probe in ("1nn", "ridge")}
+  return {**means, "pixels_10shot": found.get("fewshot/pixels/10shot_avg", math.nan),
+          "random_10shot": random_mean("", "/10shot_avg")}
+
+
 # ----------------------------------------------------------------------------- power
 
 def simulate(true_stars: Mapping[int, float], *, curvature: float, noise: float,

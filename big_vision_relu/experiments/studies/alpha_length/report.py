@@ -291,21 +291,14 @@ def baseline_lines(archive: pathlib.Path) -> list[str]:
       lines.append(f"- L = {length}: not computed (python -m "
                    "big_vision_relu.experiments.baselines, docs/alpha_length.md)")
       continue
-    b = json.loads(path.read_text())
-
-    def mean_of(suffix: str, prefix: str = "") -> float:  # over the random networks' seeds
-      values = [v for k, v in b.items()
-                if k.startswith(prefix) and "/random_init/" in k and k.endswith(suffix)]
-      return float(np.mean(values)) if values else float("nan")
-    nan = float("nan")
+    b = al.trivial_baselines(json.loads(path.read_text()))
     lines.append(
-        f"- L = {length}: pixel 1-NN val {b.get('val/pixel_1nn', nan):.4f}, test "
-        f"{b.get('test/pixel_1nn', nan):.4f}; pixel ridge val {b.get('val/pixel_ridge', nan):.4f}"
-        f", test {b.get('test/pixel_ridge', nan):.4f}; the random network (seed mean) 1-NN val "
-        f"{mean_of('/1nn', 'val/'):.4f}, test {mean_of('/1nn', 'test/'):.4f}, ridge val "
-        f"{mean_of('/ridge', 'val/'):.4f}, test {mean_of('/ridge', 'test/'):.4f}; 10-shot "
-        f"transfer: raw pixels {b.get('fewshot/pixels/10shot_avg', nan):.3f}, random init "
-        f"{mean_of('/10shot_avg'):.3f}")
+        f"- L = {length}: pixel 1-NN val {b['val/pixel_1nn']:.4f}, test "
+        f"{b['test/pixel_1nn']:.4f}; pixel ridge val {b['val/pixel_ridge']:.4f}, test "
+        f"{b['test/pixel_ridge']:.4f}; the random network (seed mean) 1-NN val "
+        f"{b['val/random_1nn']:.4f}, test {b['test/random_1nn']:.4f}, ridge val "
+        f"{b['val/random_ridge']:.4f}, test {b['test/random_ridge']:.4f}; 10-shot "
+        f"transfer: raw pixels {b['pixels_10shot']:.3f}, random init {b['random_10shot']:.3f}")
   return lines + [""]
 
 
