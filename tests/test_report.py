@@ -82,6 +82,11 @@ def test_parse_metrics_replays_resumes_and_later_lines_win():
                      30: {"training_loss": 1.6, "i1k/prec@1": 0.31}}
   assert run_status.last_values({10: {"a": 1.0, "b": 5.0}, 20: {"a": 2.0}}, ("a", "b", "c")) == {
       "a": 2.0, "b": 5.0}
+  # A run's compute: core_hours at the highest step that logged it (not the last record's, which
+  # an evaluation may write without it), in any order of the records; 0 when never logged.
+  assert run_status.core_hours({30: {"val/loss": 0.3}, 20: {"core_hours": 2.5},
+                                10: {"core_hours": 1.0}}) == 2.5
+  assert run_status.core_hours({10: {"val/loss": 0.3}}) == 0.0
 
 
 def test_total_steps_from_config():

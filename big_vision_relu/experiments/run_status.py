@@ -103,6 +103,11 @@ def last_values(records: Mapping[int, Mapping[str, Any]],
   return values
 
 
+def core_hours(records: Mapping[int, Mapping[str, Any]]) -> float:
+  """A run's compute: its `core_hours` at the highest step that logged it; 0 when none did."""
+  return float(last_values(records, (CORE_HOURS,)).get(CORE_HOURS, 0.0))
+
+
 def total_steps(config: Mapping[str, Any] | ml_collections.ConfigDict) -> int | None:
   """A run's total steps as its trainer counts them (`config.get_steps`), from its config:
   config.json's, or the ConfigDict its --config gives (unset fields read as missing, as the

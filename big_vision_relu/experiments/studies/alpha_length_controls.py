@@ -418,8 +418,7 @@ def _paired_line(label: str, test: al.PairedTest | None) -> str:
 def compute_line(archive: pathlib.Path) -> str:
   """The compute this plan's archived runs spent (each run's last `core_hours`); the grid's
   runs that control (b) reuses are the grid report's."""
-  hours = [run_status.last_values(metrics_lib.read_metrics(jsonl.parent),
-                                  (run_status.CORE_HOURS,)).get(run_status.CORE_HOURS, 0.0)
+  hours = [run_status.core_hours(metrics_lib.read_metrics(jsonl.parent))
            for jsonl in sorted((archive / "runs").glob("*/" + metrics_lib.JSONL_NAME))]
   return (f"The controls' compute: {len(hours)} archived runs, {sum(hours):.1f} core hours "
           f"(the grid's {2 * len(al.SEEDS)} runs at {GRID_IMAGES:,} images that control (b) "

@@ -29,11 +29,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from big_vision_relu import metrics as metrics_lib
-from big_vision_relu.experiments import provenance
+from big_vision_relu.experiments import provenance, run_status
 from big_vision_relu.experiments.studies.alpha_length import protocol as al
 
 ATTENTION_STATS = ("row_sum_mean", "attention_to_residual")
-CORE_HOURS = "core_hours"
 VAL_SCORE = operator.attrgetter("val_best")  # the rule's readout (section 3)
 # Other readouts of a run, alpha* through each reported beside the rule's (description only).
 READOUTS = {"best val (the rule)": VAL_SCORE, "final val": operator.attrgetter("val_final"),
@@ -68,9 +67,8 @@ def collect(archive: pathlib.Path) -> list[Archived]:
       records = metrics_lib.read_metrics(path)
       rows = [dict(r, step=s) for s, r in records.items()]
       with_stats = [s for s, r in records.items() if _layer_stats(r)]
-      hours = [r[CORE_HOURS] for r in records.values() if CORE_HOURS in r]
       found.append(Archived(run, al.run_result(rows), _layer_stats(records[with_stats[0]]),
-                            _layer_stats(records[with_stats[-1]]), hours[-1] if hours else 0.0,
+                            _layer_stats(records[with_stats[-1]]), run_status.core_hours(records),
                             provenance.describe(provenance.starts(path))))
   return found
 
