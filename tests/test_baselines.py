@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from big_vision_relu import run as run_lib
-from big_vision_relu.experiments import baselines, sweep
+from big_vision_relu.experiments import baseline_scores, baselines, sweep
 from big_vision_relu.evaluators import fewshot
 from conftest import ROOT
 
@@ -96,6 +96,12 @@ def test_compute_on_the_main_jobs_config(offline_data_dir, monkeypatch):
     assert abs(got - np.mean(predict(f_train, y_train, f_test) == y_test)) <= 2 / len(y_test)
     assert 0.5 < got < results["test/pixel_1nn"]  # above chance (0.1), below 1-NN on pixels
   assert results["test/random_init/seed0/ridge"] != results["test/random_init/seed1/ridge"]
+  # The reports' reader of this JSON: the seed mean of exactly these keys, nothing else.
+  assert baseline_scores.random_init_mean(results, "test/", "/ridge") == pytest.approx(
+      (results["test/random_init/seed0/ridge"] + results["test/random_init/seed1/ridge"]) / 2)
+  assert baseline_scores.random_init_mean(results, "fewshot/", "/digits_10shot") == (
+      pytest.approx((seed0 + seed1) / 2))
+  assert baseline_scores.random_init_mean(results, "val/", "/ridge") is None  # no val eval
 
 
 @pytest.mark.slow

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from big_vision_relu.experiments import baseline_scores
 from big_vision_relu.experiments.sweep import Grid, Run
 
 CONFIG = "configs/study/fmnist_vit.py"
@@ -258,10 +259,9 @@ def trivial_baselines(found: Mapping[str, float]) -> dict[str, float]:
   `<split>/pixel_<probe>` and `<split>/random_<probe>` (the random networks' seed mean) for the
   splits val and test and the probes 1nn and ridge, and the 10-shot transfer averages
   `pixels_10shot` and `random_10shot`; nan where the JSON lacks one."""
-  def random_mean(prefix: str, suffix: str) -> float:  # over the random networks' seeds
-    values = [v for k, v in found.items()
-              if k.startswith(prefix) and "/random_init/" in k and k.endswith(suffix)]
-    return float(np.mean(values)) if values else math.nan
+  def random_mean(prefix: str, suffix: str) -> float:
+    mean = baseline_scores.random_init_mean(found, prefix, suffix)
+    return math.nan if mean is None else mean
   means = {f"{split}/{source}_{probe}": (
       found.get(f"{split}/pixel_{probe}", math.nan) if source == "pixel"
       else random_mean(f"{split}/", f"/{probe}"))

@@ -23,7 +23,7 @@ import matplotlib
 import numpy as np
 from absl import app, flags
 
-from big_vision_relu.experiments import provenance, stats, study_cost
+from big_vision_relu.experiments import baseline_scores, provenance, stats, study_cost
 from big_vision_relu.experiments.studies.fmnist import protocol as fmnist
 from big_vision_relu.experiments.studies.fmnist import recipe as fmnist_recipe
 from big_vision_relu.experiments.studies.fmnist import rules as rules_lib
@@ -44,9 +44,7 @@ def _beats(value: float | None, threshold: float | None) -> str:
 
 def _random_init_transfer(base: Mapping[str, float]) -> float | None:
   """The mean over seeds of the random network's 10-shot average (None if not computed)."""
-  values = [v for k, v in base.items()
-            if k.startswith("fewshot/random_init/") and k.endswith("/10shot_avg")]
-  return float(np.mean(values)) if values else None
+  return baseline_scores.random_init_mean(base, "fewshot/", "/10shot_avg")
 
 
 def runs_table(results: Sequence[RunResult], baselines: Mapping[int, Mapping[str, float]]

@@ -1,0 +1,19 @@
+"""Reads `experiments.baselines`' JSON without importing what computed it (jax, scikit-learn).
+
+The JSON's keys (big_vision_relu/experiments/baselines.py): `<eval>/pixel_{1nn,ridge}`,
+`<eval>/random_init/seed<s>/{1nn,ridge}`, `<fewshot>/pixels/<metric>` and
+`<fewshot>/random_init/seed<s>/<metric>`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+
+def random_init_mean(found: Mapping[str, float], prefix: str, suffix: str) -> float | None:
+  """The mean over the random networks' seeds of the scores under `prefix` ending in `suffix`
+  (e.g. `prefix="test/", suffix="/ridge"`); None when the JSON has none."""
+  values = [v for k, v in found.items()
+            if k.startswith(prefix) and "/random_init/" in k and k.endswith(suffix)]
+  return float(np.mean(values)) if values else None
