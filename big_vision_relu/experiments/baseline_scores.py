@@ -1,9 +1,5 @@
-"""Reads `experiments.baselines`' JSON without importing what computed it (jax, scikit-learn).
-
-The JSON's keys (big_vision_relu/experiments/baselines.py): `<eval>/pixel_{1nn,ridge}`,
-`<eval>/random_init/seed<s>/{1nn,ridge}`, `<fewshot>/pixels/<metric>` and
-`<fewshot>/random_init/seed<s>/<metric>`.
-"""
+"""Reads `experiments.baselines`' JSON (its keys: that module's docstring) without importing what
+computed it (jax, scikit-learn)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
